@@ -1,0 +1,127 @@
+# profmalloc — a hand-written, non-recursive GNU Makefile.
+# Works on a fresh clone with gcc and make alone; ./configure (optional)
+# writes config.mk to override the defaults below.
+#
+#   make            build/libprofmalloc.so (+ .so.0 link) and build/libprofmalloc.a
+#   make check      the whole test suite (needs libcmocka-dev)
+#   make bench      benchmarks against glibc and the peers (doc/benchmarks.md)
+#   make demo       a leaky program run under the preload, with its heap profile
+#   make install    PREFIX=/usr/local DESTDIR= : libs, header, profmalloc.pc, man page
+
+-include config.mk
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+BUILD ?= build
+CC ?= cc
+LD ?= ld
+AR ?= ar
+CMOCKA_CFLAGS ?=
+CMOCKA_LIBS ?= -lcmocka
+PM_EXTRA_CFLAGS ?=
+
+VERSION := 0.1.0
+SONAME := libprofmalloc.so.0
+
+# -fno-builtin-malloc: else gcc turns malloc+memset into a call to calloc.
+# -fno-reorder-blocks-and-partition: keeps every allocator function inside
+#   [pm_text_begin, pm_text_end], which the profiler uses to drop its frames.
+PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
+	-fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc \
+	-ftls-model=initial-exec -fno-reorder-blocks-and-partition \
+	-D_GNU_SOURCE -Isrc -Iinclude $(PM_EXTRA_CFLAGS)
+
+# The ladder, bottom up: os → meta/pagemap → pageheap → central → tcache →
+# alloc; the profiler beside it; override.c (the libc names) last.
+CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
+	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/sampler.c \
+	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/alloc.c src/init.c
+OVERRIDE_SRCS := src/override.c
+
+OBJ := $(BUILD)/obj
+CORE_OBJS := $(CORE_SRCS:src/%.c=$(OBJ)/%.o)
+OVERRIDE_OBJS := $(OVERRIDE_SRCS:src/%.c=$(OBJ)/%.o)
+MARK_BEGIN := $(OBJ)/textmark_begin.o
+MARK_END := $(OBJ)/textmark_end.o
+
+PM_SO := $(BUILD)/libprofmalloc.so
+PM_A := $(BUILD)/libprofmalloc.a
+PM_TEST_A := $(BUILD)/libprofmalloc-test.a
+
+CHECK_TARGETS :=
+BENCH_TARGETS :=
+
+.PHONY: all check bench demo install uninstall clean
+all: $(PM_SO) $(PM_A)
+
+$(OBJ)/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -MMD -MP -c $< -o $@
+
+$(MARK_BEGIN): src/textmark.c
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -MMD -MP -c $< -o $@
+$(MARK_END): src/textmark.c
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -DPM_TEXT_END -MMD -MP -c $< -o $@
+
+# One relocatable object holds the whole library, bracketed by the marks.
+$(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END)
+	$(LD) -r -o $@ $^
+$(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END)
+	$(LD) -r -o $@ $^
+
+$(PM_SO): $(BUILD)/profmalloc.o
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $< -pthread
+	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
+
+$(PM_A): $(BUILD)/profmalloc.o
+	rm -f $@
+	$(AR) rcs $@ $<
+
+# The allocator without the libc names: unit tests call pm_* directly
+# while the test program itself runs on the C library's malloc.
+$(PM_TEST_A): $(BUILD)/profmalloc-core.o
+	rm -f $@
+	$(AR) rcs $@ $<
+
+-include $(wildcard test/*.mk test/*/*.mk bench/*.mk)
+
+check: $(CHECK_TARGETS)
+	@echo "make check: all test groups passed"
+
+bench: $(BENCH_TARGETS)
+
+demo: $(PM_SO) $(BUILD)/demo
+	@rm -f $(BUILD)/demo-heap.*.heap
+	PROFMALLOC_SAMPLE_RATE=64k PROFMALLOC_DUMP=$(BUILD)/demo-heap.%p.heap \
+		LD_PRELOAD=$(abspath $(PM_SO)) $(BUILD)/demo
+	@echo "--- the heap profile written at exit (gperftools text; pprof reads it):"
+	@head -n 12 $(BUILD)/demo-heap.*.heap
+
+$(BUILD)/demo: test/demo/demo.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Iinclude $< -o $@
+
+install: $(PM_SO) $(PM_A)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man3
+	install -m 755 $(PM_SO) $(DESTDIR)$(LIBDIR)/libprofmalloc.so.$(VERSION)
+	ln -sf libprofmalloc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libprofmalloc.so
+	install -m 644 $(PM_A) $(DESTDIR)$(LIBDIR)/libprofmalloc.a
+	install -m 644 include/profmalloc.h $(DESTDIR)$(INCLUDEDIR)/profmalloc.h
+	sed -e 's|@prefix@|$(PREFIX)|' -e 's|@libdir@|$(LIBDIR)|' -e 's|@includedir@|$(INCLUDEDIR)|' \
+		-e 's|@VERSION@|$(VERSION)|' doc/profmalloc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/profmalloc.pc
+	install -m 644 doc/profmalloc.3 $(DESTDIR)$(MANDIR)/man3/profmalloc.3
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libprofmalloc.so* $(DESTDIR)$(LIBDIR)/libprofmalloc.a \
+		$(DESTDIR)$(INCLUDEDIR)/profmalloc.h $(DESTDIR)$(LIBDIR)/pkgconfig/profmalloc.pc \
+		$(DESTDIR)$(MANDIR)/man3/profmalloc.3
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(wildcard $(OBJ)/*.d)

@@ -1,0 +1,88 @@
+/* profmalloc.h — the public contract of profmalloc.
+ *
+ * profmalloc replaces the C library's malloc family (link with -lprofmalloc
+ * or LD_PRELOAD=libprofmalloc.so); those functions keep their standard
+ * declarations in <stdlib.h> and <malloc.h>.  This header adds what is
+ * profmalloc's own: exact allocator statistics and the sampled heap
+ * profiler.
+ *
+ * Environment (read once, at the first allocation; ignored in setuid and
+ * setgid programs):
+ *   PROFMALLOC_SAMPLE_RATE   mean bytes between samples (suffixes k, M, G);
+ *                            0 turns profiling off, 1 records every
+ *                            allocation; default 512k
+ *   PROFMALLOC_DUMP          path pattern for a heap profile written at exit;
+ *                            %p is replaced by the process id
+ *   PROFMALLOC_UNWIND        "dwarf" (default, uses .eh_frame) or "fp"
+ *                            (frame pointers only; faster, needs
+ *                            -fno-omit-frame-pointer everywhere)
+ *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches
+ *                            (default 32M)
+ *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
+ * A malformed value is reported once on stderr and the default is used.
+ */
+#ifndef PROFMALLOC_H
+#define PROFMALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROFMALLOC_VERSION "0.1.0"
+
+/* Exact allocator totals at one moment.  Every byte the allocator has
+ * mapped is in exactly one of: in_use, thread_cache, central_cache,
+ * pageheap_free, released, metadata, or (for the rest of a size-class
+ * span that was never handed out) fragmentation:
+ *   mapped == in_use + fragmentation + thread_cache + central_cache
+ *             + pageheap_free + released + metadata                       */
+typedef struct profmalloc_stats {
+    uint64_t in_use;           /* bytes in blocks the application holds
+                                  (usable size: rounded up to the class) */
+    uint64_t requested;        /* bytes the application asked for, of in_use
+                                  (exact only for blocks > 256 KiB and
+                                  sampled ones; else equals in_use) */
+    uint64_t mapped;           /* bytes of address space taken from the OS */
+    uint64_t resident_estimate;/* mapped - released */
+    uint64_t thread_cache;     /* free blocks held in per-thread caches */
+    uint64_t central_cache;    /* free blocks held in central lists */
+    uint64_t fragmentation;    /* unused tails of small-object spans */
+    uint64_t pageheap_free;    /* free pages still resident */
+    uint64_t released;         /* free pages returned to the OS */
+    uint64_t metadata;         /* spans, page map, sample records */
+    uint64_t threads;          /* live thread caches */
+    uint64_t lock_contention;  /* lock acquisitions that had to wait */
+    uint64_t sample_rate;      /* current PROFMALLOC_SAMPLE_RATE */
+    uint64_t samples_live;     /* sampled blocks not yet freed */
+} profmalloc_stats_t;
+
+/* Fills *out; returns 0. */
+int profmalloc_get_stats(profmalloc_stats_t *out);
+
+/* Heap profiles.  A dump is a snapshot of the sampled allocation sites and
+ * the allocator's exact totals.  The default format is pprof profile.proto
+ * (gzip container) in Go's heap layout; PROFMALLOC_FORMAT_LEGACY is the
+ * gperftools "heap profile: ... @ heap_v2/<rate>" text.  profmalloc_dump
+ * picks the legacy format for a path ending in ".heap", writes to a
+ * temporary file beside `path` and renames it, so `path` is never left
+ * half-written.  Both return 0, or -1 with errno set. */
+#define PROFMALLOC_FORMAT_PPROF 0
+#define PROFMALLOC_FORMAT_LEGACY 1
+int profmalloc_dump(const char *path);
+int profmalloc_dump_fd(int fd, int format);
+
+/* Mean bytes between samples; 0 turns sampling off, 1 records every
+ * allocation exactly.  Takes effect for each thread at its next sample. */
+void profmalloc_set_sample_rate(size_t bytes);
+size_t profmalloc_get_sample_rate(void);
+
+/* Returns all free memory to the OS, like malloc_trim(0). */
+void profmalloc_release_free_memory(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

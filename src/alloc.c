@@ -1,0 +1,265 @@
+/* alloc.c — the malloc family on top of the thread caches: the slow twins
+ * of the inline fast paths (pm_internal.h), large blocks, calloc, realloc,
+ * aligned allocation, usable size, and the free-side validation that
+ * turns a bad pointer into a clear abort instead of heap corruption.
+ * Must never: hold a lock (it takes none itself), or reach the profiler
+ * other than through the sampling countdown on the slow path.
+ * glibc is the reference for every edge case (doc/design.md lists them). */
+#include "pm_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+static _Atomic uint64_t large_bytes, large_requested, large_count;
+
+static inline void *page_addr(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
+
+PM_COLD static void invalid_free(const void *p)
+{
+    pm_os_fatal("free(): invalid pointer", p, 1);
+}
+
+static void *enomem(void)
+{
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* ---- sampling -------------------------------------------------------- */
+
+/* Charges `size` bytes to the thread's countdown; returns 1 when this
+ * allocation is a sample point.  Also picks up a changed sample rate. */
+static int sample_tick(pm_tcache_t *t, size_t size)
+{
+    uint64_t rate = pm_sampler_rate();
+    if (PM_UNLIKELY(t->sample_rate != rate)) {
+        t->sample_rate = rate;
+        t->countdown = pm_sampler_next(&t->rng, rate);
+    }
+    t->countdown -= (int64_t)size;
+    if (PM_LIKELY(t->countdown >= 0)) return 0;
+    t->countdown = pm_sampler_next(&t->rng, rate);
+    return rate != 0 && t->state == PM_THREAD_ACTIVE;
+}
+
+/* ---- large blocks: whole spans of pages ------------------------------ */
+
+static void *alloc_large(size_t size, size_t align_pages, int zero)
+{
+    size_t n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
+    pm_span_t *s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages)
+                                   : pm_pageheap_alloc(n);
+    if (!s) return enomem();
+    s->cls = 0;
+    s->requested = size;
+    s->sample = NULL;
+    pm_relaxed_add(&large_bytes, (uint64_t)n << PM_PAGE_SHIFT);
+    pm_relaxed_add(&large_requested, size);
+    pm_relaxed_add(&large_count, 1);
+    void *p = page_addr(s->page);
+    if (zero && !s->zeroed) memset(p, 0, size);
+    return p;
+}
+
+static void free_large(pm_span_t *s)
+{
+    atomic_fetch_sub_explicit(&large_bytes, (uint64_t)s->npages << PM_PAGE_SHIFT, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&large_requested, s->requested, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&large_count, 1, memory_order_relaxed);
+    pm_pageheap_free(s);
+}
+
+void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
+{
+    *bytes = pm_relaxed_load(&large_bytes);
+    *requested = pm_relaxed_load(&large_requested);
+    *count = pm_relaxed_load(&large_count);
+}
+
+/* ---- small blocks ---------------------------------------------------- */
+
+static void *alloc_small(pm_tcache_t *t, unsigned cls)
+{
+    void *p;
+    if (PM_LIKELY(t->state == PM_THREAD_ACTIVE)) {
+        pm_tlist_t *l = &t->list[cls];
+        p = l->head;
+        if (p) {
+            l->head = *(void **)p;
+            l->len--;
+        } else {
+            p = pm_tcache_refill(t, cls);
+        }
+    } else {
+        uint32_t got;
+        p = pm_central_get(cls, 1, &got);
+    }
+    return p ? p : enomem();
+}
+
+static pm_tcache_t *thread_cache(void)
+{
+    pm_tcache_t *t = &pm_tls;
+    if (PM_UNLIKELY(t->state == PM_THREAD_EMPTY)) {
+        pm_init();
+        pm_tcache_thread_start(t);
+    }
+    return t;
+}
+
+static void *alloc_any(size_t size, size_t align_pages, int zero)
+{
+    if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
+    pm_tcache_t *t = thread_cache();
+    int sampled = sample_tick(t, size);
+    void *p;
+    if (size <= PM_MAX_SMALL && align_pages <= 1) {
+        p = alloc_small(t, pm_sizeclass_of(size));
+        if (p && zero) memset(p, 0, size);
+    } else {
+        p = alloc_large(size, align_pages, zero);
+    }
+    if (sampled && p) pm_alloc_sampled(t, p, size);
+    return p;
+}
+
+void *pm_alloc_slow(size_t size) { return alloc_any(size, 1, 0); }
+
+void *pm_malloc(size_t size) { return pm_malloc_inline(size); }
+
+/* ---- free -------------------------------------------------------------- */
+
+/* The span holding p, validated; aborts when p is not a block we handed
+ * out (as far as can be told cheaply). */
+static pm_span_t *owner(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
+    pm_span_t *s = pm_pagemap_span(page);
+    if (!s || s->state != PM_SPAN_IN_USE || page < s->page || page >= s->page + s->npages)
+        invalid_free(p);
+    uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
+    if (s->cls ? offset % pm_class_size[s->cls] != 0 : offset != 0) invalid_free(p);
+    return s;
+}
+
+void pm_free_slow(void *p)
+{
+    if (!p) return;
+    pm_span_t *s = owner(p);
+    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (s->cls == 0) {
+        free_large(s);
+        return;
+    }
+    unsigned cls = s->cls;
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_EMPTY) {
+        pm_init();
+        pm_tcache_thread_start(t);
+    }
+    if (t->state == PM_THREAD_DEAD) {
+        *(void **)p = NULL;
+        pm_central_put(cls, p, 1);
+        return;
+    }
+    pm_tlist_t *l = &t->list[cls];
+    if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice in a row */
+    *(void **)p = l->head;
+    l->head = p;
+    l->len++;
+    if (l->len > l->max_len) pm_tcache_overflow(t, cls);
+}
+
+void pm_free(void *p) { pm_free_inline(p); }
+
+/* ---- the rest of the family ------------------------------------------ */
+
+void *pm_calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (PM_UNLIKELY(__builtin_mul_overflow(n, size, &total))) return enomem();
+    if (total <= PM_MAX_SMALL) {
+        void *p = pm_malloc_inline(total);
+        if (p) memset(p, 0, total);
+        return p;
+    }
+    return alloc_any(total, 1, 1);
+}
+
+size_t pm_usable_size(const void *p)
+{
+    if (!p) return 0;
+    pm_span_t *s = owner(p);
+    return s->cls ? pm_class_size[s->cls] : s->npages << PM_PAGE_SHIFT;
+}
+
+void *pm_realloc(void *p, size_t size)
+{
+    if (!p) return pm_malloc_inline(size);
+    if (size == 0) {
+        pm_free_inline(p);
+        return NULL;
+    }
+    if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
+    size_t old = pm_usable_size(p);
+    /* keep the block when the new size fits and wastes at most half */
+    if (size <= old && size >= old / 2) return p;
+    void *q = pm_malloc_inline(size);
+    if (!q) return NULL;
+    memcpy(q, p, size < old ? size : old);
+    pm_free_inline(p);
+    return q;
+}
+
+void *pm_reallocarray(void *p, size_t n, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) return enomem();
+    return pm_realloc(p, total);
+}
+
+void *pm_memalign(size_t align, size_t size)
+{
+    if (align <= PM_ALIGNMENT) return pm_malloc_inline(size);
+    if (align & (align - 1)) { /* glibc rounds a bad alignment up */
+        if (align > ((size_t)1 << 62)) return enomem();
+        size_t a = 1;
+        while (a < align) a <<= 1;
+        align = a;
+    }
+    if (PM_UNLIKELY(size > PTRDIFF_MAX || align > PTRDIFF_MAX / 2)) return enomem();
+    if (align <= PM_PAGE_SIZE && size <= PM_MAX_SMALL) {
+        /* a class whose size is a multiple of align has aligned objects,
+         * since spans start on page boundaries */
+        for (unsigned cls = pm_sizeclass_of(size < align ? align : size); cls < pm_class_count; cls++)
+            if (pm_class_size[cls] % align == 0) return pm_malloc_inline(pm_class_size[cls]);
+    }
+    return alloc_any(size, align > PM_PAGE_SIZE ? align >> PM_PAGE_SHIFT : 1, 0);
+}
+
+int pm_posix_memalign(void **out, size_t align, size_t size)
+{
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    int saved = errno;
+    void *p = pm_memalign(align, size);
+    if (!p) {
+        errno = saved;
+        return ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+
+void *pm_aligned_alloc(size_t align, size_t size) { return pm_memalign(align, size); }
+
+#define OS_PAGE ((size_t)4096)
+
+void *pm_valloc(size_t size) { return pm_memalign(OS_PAGE, size); }
+
+void *pm_pvalloc(size_t size)
+{
+    size_t rounded;
+    if (__builtin_add_overflow(size, OS_PAGE - 1, &rounded)) return enomem();
+    rounded &= ~(OS_PAGE - 1);
+    return pm_memalign(OS_PAGE, rounded ? rounded : OS_PAGE);
+}

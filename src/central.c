@@ -1,0 +1,152 @@
+/* central.c — one free list per size class, shared by all threads.
+ * Objects move to and from thread caches in batches: full batches park in
+ * `slots` (a transfer cache: O(1) per batch, the producer/consumer path);
+ * anything else goes back into its span, found through the page map.
+ * A span whose objects have all come back returns to the page heap.
+ * Lock: one per class (pm_central[c].lock).  Must never call the page heap
+ * (which may make syscalls) while holding it: new spans are fetched and
+ * empty spans returned after the lock is dropped. */
+#include "pm_internal.h"
+
+pm_central_t pm_central[PM_CLASS_MAX];
+
+static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
+
+static void link_span(pm_central_t *c, pm_span_t *s)
+{
+    s->next = c->nonempty.next;
+    s->prev = &c->nonempty;
+    c->nonempty.next->prev = s;
+    c->nonempty.next = s;
+    s->on_list = 1;
+}
+
+static void unlink_span(pm_span_t *s)
+{
+    s->prev->next = s->next;
+    s->next->prev = s->prev;
+    s->on_list = 0;
+}
+
+void pm_central_init(void)
+{
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_central_t *c = &pm_central[cls];
+        c->nonempty.next = c->nonempty.prev = &c->nonempty;
+        size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
+        size_t slots = (512 * 1024) / batch_bytes;
+        c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
+    }
+}
+
+/* A fresh span for class cls, with every page mapped to it. */
+static pm_span_t *new_span(unsigned cls)
+{
+    pm_span_t *s = pm_pageheap_alloc(pm_class_pages[cls]);
+    if (!s) return NULL;
+    s->cls = (uint8_t)cls;
+    s->capacity = (uint32_t)((s->npages << PM_PAGE_SHIFT) / pm_class_size[cls]);
+    for (size_t i = 0; i < s->npages; i++) pm_pagemap_set_span(s->page + i, s);
+    pm_pagemap_set_class(s->page, s->npages, (uint8_t)cls);
+    return s;
+}
+
+void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
+{
+    pm_central_t *c = &pm_central[cls];
+    size_t size = pm_class_size[cls];
+    void *chain = NULL;
+    uint32_t k = 0;
+    pm_lock(&c->lock);
+    if (n == pm_class_batch[cls] && c->nslots) {
+        chain = c->slots[--c->nslots];
+        c->out += n;
+        pm_unlock(&c->lock);
+        *got = n;
+        return chain;
+    }
+    while (k < n) {
+        pm_span_t *s = c->nonempty.next;
+        if (s == &c->nonempty) {
+            pm_unlock(&c->lock);
+            s = new_span(cls);
+            pm_lock(&c->lock);
+            if (!s) break;
+            link_span(c, s);
+            c->spans++;
+            c->span_free += s->capacity;
+            continue;
+        }
+        uint32_t before = k;
+        while (k < n && s->freelist) {
+            void *o = s->freelist;
+            s->freelist = *(void **)o;
+            *(void **)o = chain;
+            chain = o;
+            k++;
+        }
+        while (k < n && s->carved < s->capacity) {
+            void *o = (char *)span_base(s) + (size_t)s->carved++ * size;
+            *(void **)o = chain;
+            chain = o;
+            k++;
+        }
+        s->allocated += k - before;
+        if (!s->freelist && s->carved == s->capacity) unlink_span(s);
+    }
+    c->out += k;
+    c->span_free -= k;
+    pm_unlock(&c->lock);
+    *got = k;
+    return chain;
+}
+
+void pm_central_put(unsigned cls, void *chain, uint32_t n)
+{
+    pm_central_t *c = &pm_central[cls];
+    pm_lock(&c->lock);
+    c->out -= n;
+    if (n == pm_class_batch[cls] && c->nslots < c->max_slots) {
+        c->slots[c->nslots++] = chain;
+        pm_unlock(&c->lock);
+        return;
+    }
+    pm_span_t *empty = NULL;
+    c->span_free += n;
+    while (chain) {
+        void *o = chain;
+        chain = *(void **)o;
+        pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
+        *(void **)o = s->freelist;
+        s->freelist = o;
+        if (--s->allocated == 0) {
+            if (s->on_list) unlink_span(s);
+            c->spans--;
+            c->span_free -= s->capacity;
+            s->next = empty;
+            empty = s;
+        } else if (!s->on_list) {
+            link_span(c, s);
+        }
+    }
+    pm_unlock(&c->lock);
+    while (empty) {
+        pm_span_t *s = empty;
+        empty = s->next;
+        pm_pagemap_set_class(s->page, s->npages, 0);
+        pm_pageheap_free(s);
+    }
+}
+
+void pm_central_lock_all(void)
+{
+    for (unsigned cls = 1; cls < pm_class_count; cls++) pm_lock(&pm_central[cls].lock);
+}
+
+void pm_central_unlock_all(int child)
+{
+    for (unsigned cls = pm_class_count; cls-- > 1;) {
+        if (child) pm_lock_reset(&pm_central[cls].lock);
+        else pm_unlock(&pm_central[cls].lock);
+    }
+}

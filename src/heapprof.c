@@ -1,0 +1,397 @@
+/* heapprof.c — the sampled allocation-site table.  A sampled allocation
+ * gets a record (address → bucket, weight) and its bucket, one per
+ * (call stack, requested size), accumulates unbiased estimates: a block of
+ * s bytes sampled at mean rate R stands for 1/p blocks, p = 1 - e^(-s/R)
+ * (weight 1 at R = 1, the exact mode).  Frees subtract the same weight.
+ * Snapshots copy the buckets into mmap'd memory; pprof.c formats them.
+ * Lock: prof_lock guards both hash tables and the record/bucket pools.
+ * Must never: unwind, map memory or write a file while holding it — pools
+ * are refilled and tables grown with the lock dropped; never call malloc
+ * (everything comes from meta.c or pm_os_map). */
+#include "pm_internal.h"
+#include "pm_pprof.h"
+#include "pm_stacktrace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+
+typedef struct bucket {
+    struct bucket *next;          /* hash chain */
+    uint64_t hash, size;
+    double alloc_objects, alloc_bytes, free_objects, free_bytes;
+    uint32_t depth;
+    uintptr_t pcs[PM_STACK_MAX];
+} bucket_t;
+
+typedef struct record {
+    struct record *next;          /* hash chain, or pool free list */
+    uintptr_t addr;
+    bucket_t *bucket;
+    double weight;
+} record_t;
+
+#define BUCKET_HEADS (1u << 16)
+#define POOL_CHUNK 64
+#define STACK_EXTRA 16            /* room for the allocator's own frames */
+
+static struct {
+    pm_lock_t lock;
+    bucket_t **buckets;           /* BUCKET_HEADS chains */
+    uint64_t nbuckets;
+    record_t **records;           /* nheads chains keyed by address */
+    uint64_t nheads, nrecords;
+    record_t *free_records;
+    bucket_t *free_buckets;       /* linked through next */
+    uint64_t start_ns;
+} prof = {.lock = PM_LOCK_INIT};
+
+static inline uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+void pm_heapprof_init(void)
+{
+    prof.start_ns = pm_os_now_ns();
+    pm_stacktrace_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+}
+
+uint64_t pm_heapprof_live_samples(void)
+{
+    return pm_relaxed_load((_Atomic uint64_t *)&prof.nrecords);
+}
+
+/* ---- memory for the tables, got with the lock dropped ---------------- */
+
+static int ensure_locked_or_refill(void)
+{
+    if (!prof.buckets) {
+        pm_unlock(&prof.lock);
+        bucket_t **heads = pm_os_map(BUCKET_HEADS * sizeof *heads, 0);
+        pm_lock(&prof.lock);
+        if (!heads) return -1;
+        if (prof.buckets) {
+            pm_unlock(&prof.lock);
+            pm_os_unmap(heads, BUCKET_HEADS * sizeof *heads);
+            pm_lock(&prof.lock);
+        } else {
+            prof.buckets = heads;
+        }
+        return 1;
+    }
+    if (prof.nrecords + 1 > prof.nheads * 2) {
+        uint64_t want = prof.nheads ? prof.nheads * 4 : 4096;
+        pm_unlock(&prof.lock);
+        record_t **heads = pm_os_map(want * sizeof *heads, 0);
+        pm_lock(&prof.lock);
+        if (!heads) return -1;
+        record_t **old = prof.records;
+        uint64_t old_n = prof.nheads;
+        if (want <= old_n) { /* another thread grew it meanwhile */
+            old = heads;
+            old_n = want;
+        } else {
+            for (uint64_t i = 0; i < old_n; i++) {
+                for (record_t *r = old[i], *next; r; r = next) {
+                    next = r->next;
+                    uint64_t h = mix(r->addr) & (want - 1);
+                    r->next = heads[h];
+                    heads[h] = r;
+                }
+            }
+            prof.records = heads;
+            prof.nheads = want;
+        }
+        if (old) {
+            pm_unlock(&prof.lock);
+            pm_os_unmap(old, old_n * sizeof *old);
+            pm_lock(&prof.lock);
+        }
+        return 1;
+    }
+    if (!prof.free_records || !prof.free_buckets) {
+        pm_unlock(&prof.lock);
+        record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
+        bucket_t *b = pm_meta_alloc(4 * sizeof *b);
+        pm_lock(&prof.lock);
+        if (!r || !b) return -1;
+        for (int i = 0; i < POOL_CHUNK; i++) {
+            r[i].next = prof.free_records;
+            prof.free_records = &r[i];
+        }
+        for (int i = 0; i < 4; i++) {
+            b[i].next = prof.free_buckets;
+            prof.free_buckets = &b[i];
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes prof_lock with the tables ready for one more record and bucket. */
+static int lock_ready(void)
+{
+    pm_lock(&prof.lock);
+    int r;
+    while ((r = ensure_locked_or_refill()) > 0) {}
+    if (r < 0) {
+        pm_unlock(&prof.lock);
+        return -1;
+    }
+    return 0;
+}
+
+static bucket_t *bucket_for_locked(const uintptr_t *pcs, uint32_t depth, uint64_t size)
+{
+    uint64_t h = mix(size);
+    for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
+    bucket_t **head = &prof.buckets[h & (BUCKET_HEADS - 1)];
+    for (bucket_t *b = *head; b; b = b->next) {
+        if (b->hash != h || b->size != size || b->depth != depth) continue;
+        uint32_t i = 0;
+        while (i < depth && b->pcs[i] == pcs[i]) i++;
+        if (i == depth) return b;
+    }
+    bucket_t *b = prof.free_buckets;
+    prof.free_buckets = b->next;
+    *b = (bucket_t){.hash = h, .size = size, .depth = depth};
+    for (uint32_t i = 0; i < depth; i++) b->pcs[i] = pcs[i];
+    b->next = *head;
+    *head = b;
+    prof.nbuckets++;
+    return b;
+}
+
+static int in_allocator(uintptr_t pc)
+{
+    return pc > (uintptr_t)&pm_text_begin && pc <= (uintptr_t)&pm_text_end;
+}
+
+/* ---- sampling --------------------------------------------------------- */
+
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
+{
+    if (t->in_profiler) return;
+    t->in_profiler = 1;
+    int saved_errno = errno;
+    uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
+    int n = pm_stacktrace_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
+    int skip = 0;
+    while (skip < n && in_allocator(raw[skip])) skip++;
+    uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
+    uint64_t rate = t->sample_rate;
+    double weight = 1.0;
+    if (rate > 1) {
+        double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
+        weight = prob > 0 ? 1.0 / prob : 1.0;
+    }
+    if (lock_ready() == 0) {
+        bucket_t *b = bucket_for_locked(raw + skip, depth, size);
+        b->alloc_objects += weight;
+        b->alloc_bytes += weight * (double)size;
+        record_t *r = prof.free_records;
+        prof.free_records = r->next;
+        *r = (record_t){.addr = (uintptr_t)p, .bucket = b, .weight = weight};
+        uint64_t h = mix(r->addr) & (prof.nheads - 1);
+        r->next = prof.records[h];
+        prof.records[h] = r;
+        prof.nrecords++;
+        /* flag the block before it is handed out, so its free is seen */
+        uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+        pm_span_t *s = pm_pagemap_span(page);
+        if (s->cls) pm_pagemap_mark_sampled(page);
+        else s->sample = r;
+        pm_unlock(&prof.lock);
+    }
+    errno = saved_errno;
+    t->in_profiler = 0;
+}
+
+void pm_free_sampled(pm_span_t *s, void *p)
+{
+    pm_lock(&prof.lock);
+    if (prof.nheads) {
+        record_t **link = &prof.records[mix((uintptr_t)p) & (prof.nheads - 1)];
+        for (record_t *r = *link; r; link = &r->next, r = r->next) {
+            if (r->addr != (uintptr_t)p) continue;
+            r->bucket->free_objects += r->weight;
+            r->bucket->free_bytes += r->weight * (double)r->bucket->size;
+            *link = r->next;
+            r->next = prof.free_records;
+            prof.free_records = r;
+            prof.nrecords--;
+            break;
+        }
+    }
+    if (s->cls == 0) s->sample = NULL;
+    pm_unlock(&prof.lock);
+}
+
+void pm_heapprof_lock_all(void) { pm_lock(&prof.lock); }
+
+void pm_heapprof_unlock_all(int child)
+{
+    if (child) pm_lock_reset(&prof.lock);
+    else pm_unlock(&prof.lock);
+}
+
+/* ---- snapshots and dumps ---------------------------------------------- */
+
+static uint64_t round_est(double v) { return v <= 0 ? 0 : (uint64_t)(v + 0.5); }
+
+typedef struct snapshot_mem {
+    void *base;
+    size_t bytes;
+} snapshot_mem_t;
+
+/* Copies the buckets into mmap'd memory (released by snapshot_free). */
+static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
+{
+    *snap = (pm_prof_snapshot_t){0};
+    pm_stats_collect(&snap->totals);
+    snap->sample_rate = pm_sampler_rate();
+    snap->time_ns = pm_os_now_ns();
+    snap->duration_ns = snap->time_ns > prof.start_ns ? snap->time_ns - prof.start_ns : 0;
+    for (;;) {
+        pm_lock(&prof.lock);
+        uint64_t want = prof.nbuckets + 16;
+        pm_unlock(&prof.lock);
+        size_t bytes = want * (sizeof(pm_prof_sample_t) + PM_STACK_MAX * sizeof(uintptr_t));
+        char *base = pm_os_map(bytes, 0);
+        if (!base) {
+            errno = ENOMEM;
+            return -1;
+        }
+        pm_prof_sample_t *samples = (pm_prof_sample_t *)base;
+        uintptr_t *stacks = (uintptr_t *)(base + want * sizeof(pm_prof_sample_t));
+        pm_lock(&prof.lock);
+        if (prof.nbuckets > want) {
+            pm_unlock(&prof.lock);
+            pm_os_unmap(base, bytes);
+            continue;
+        }
+        size_t n = 0;
+        for (uint64_t h = 0; prof.buckets && h < BUCKET_HEADS; h++) {
+            for (bucket_t *b = prof.buckets[h]; b; b = b->next) {
+                uintptr_t *pcs = stacks + n * PM_STACK_MAX;
+                for (uint32_t i = 0; i < b->depth; i++) pcs[i] = b->pcs[i];
+                double live_objects = b->alloc_objects - b->free_objects;
+                double live_bytes = b->alloc_bytes - b->free_bytes;
+                samples[n++] = (pm_prof_sample_t){
+                    .alloc_objects = round_est(b->alloc_objects),
+                    .alloc_bytes = round_est(b->alloc_bytes),
+                    .inuse_objects = round_est(live_objects),
+                    .inuse_bytes = round_est(live_bytes),
+                    .size = b->size,
+                    .depth = b->depth,
+                    .pcs = pcs,
+                };
+            }
+        }
+        pm_unlock(&prof.lock);
+        snap->samples = samples;
+        snap->nsamples = n;
+        mem->base = base;
+        mem->bytes = bytes;
+        return 0;
+    }
+}
+
+PM_EXPORT int profmalloc_dump_fd(int fd, int format)
+{
+    if (format != PROFMALLOC_FORMAT_PPROF && format != PROFMALLOC_FORMAT_LEGACY) {
+        errno = EINVAL;
+        return -1;
+    }
+    pm_init();
+    pm_prof_snapshot_t snap;
+    snapshot_mem_t mem;
+    if (snapshot_take(&snap, &mem) != 0) return -1;
+    int rc = pm_pprof_write(fd, &snap, format);
+    int saved = errno;
+    pm_os_unmap(mem.base, mem.bytes);
+    errno = saved;
+    return rc;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = pm_fmt_strlen(s), k = pm_fmt_strlen(suffix);
+    return n >= k && pm_fmt_streq(s + n - k, suffix);
+}
+
+PM_EXPORT int profmalloc_dump(const char *path)
+{
+    if (!path || !*path) {
+        errno = EINVAL;
+        return -1;
+    }
+    char tmp[4096];
+    pm_buf_t b;
+    pm_buf_init(&b, tmp, sizeof tmp - 1, -1);
+    pm_buf_str(&b, path);
+    pm_buf_str(&b, ".tmp.");
+    pm_buf_u64(&b, (uint64_t)pm_os_getpid());
+    if (b.truncated) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    tmp[b.len] = 0;
+    int fd = pm_os_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
+    int rc = profmalloc_dump_fd(fd, format);
+    if (rc == 0) rc = pm_os_fsync(fd);
+    int saved = errno;
+    if (pm_os_close(fd) != 0 && rc == 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc == 0 && pm_os_rename(tmp, path) != 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc != 0) pm_os_unlink(tmp);
+    errno = saved;
+    return rc;
+}
+
+/* Expands %p (pid) and %% in PROFMALLOC_DUMP. */
+void pm_heapprof_at_exit(void)
+{
+    const char *pattern = pm_options.dump_pattern;
+    if (!pattern) return;
+    char path[4096];
+    pm_buf_t b;
+    pm_buf_init(&b, path, sizeof path - 1, -1);
+    for (const char *s = pattern; *s; s++) {
+        if (s[0] == '%' && s[1] == 'p') {
+            pm_buf_u64(&b, (uint64_t)pm_os_getpid());
+            s++;
+        } else if (s[0] == '%' && s[1] == '%') {
+            pm_buf_str(&b, "%");
+            s++;
+        } else {
+            char c[2] = {*s, 0};
+            pm_buf_str(&b, c);
+        }
+    }
+    path[b.len] = 0;
+    if (b.truncated || profmalloc_dump(path) != 0) pm_os_message("PROFMALLOC_DUMP: could not write the heap profile");
+}
+
+PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
+{
+    pm_init();
+    pm_sampler_set_rate(bytes);
+}
+
+PM_EXPORT size_t profmalloc_get_sample_rate(void)
+{
+    pm_init();
+    return (size_t)pm_sampler_rate();
+}

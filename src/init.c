@@ -1,0 +1,64 @@
+/* init.c — the process state's life: lazy, idempotent, thread-safe init
+ * on the first slow path (the dynamic loader and other libraries'
+ * constructors may call malloc before any constructor of ours), the fork
+ * handlers, and the exit-time dump.
+ * Init takes no lock of the allocator and calls nothing that allocates;
+ * pthread_atfork is registered only after init is complete, so that even
+ * an allocating pthread_atfork would find a working allocator.
+ * Fork: the prepare handler takes every allocator lock in the one fixed
+ * order of doc/design.md; parent and child release them (the child by
+ * resetting, since it is the only thread left). */
+#include "pm_internal.h"
+
+#include <pthread.h>
+
+_Atomic int pm_init_state;
+static _Atomic int atfork_registered;
+
+static void fork_prepare(void)
+{
+    pm_tcache_lock_all();
+    pm_heapprof_lock_all();
+    pm_central_lock_all();
+    pm_pageheap_lock_all();
+    pm_meta_lock_all();
+}
+
+static void fork_release(int child)
+{
+    pm_meta_unlock_all(child);
+    pm_pageheap_unlock_all(child);
+    pm_central_unlock_all(child);
+    pm_heapprof_unlock_all(child);
+    pm_tcache_unlock_all(child);
+}
+
+static void fork_parent(void) { fork_release(0); }
+static void fork_child(void) { fork_release(1); }
+
+void pm_init_slow(void)
+{
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&pm_init_state, &expected, 1)) {
+        pm_options_load();
+        pm_sampler_set_rate(pm_options.sample_rate);
+        pm_sizeclass_init();
+        pm_central_init();
+        pm_tcache_init();
+        pm_heapprof_init();
+        atomic_store_explicit(&pm_init_state, 2, memory_order_release);
+        if (!atomic_exchange(&atfork_registered, 1))
+            pthread_atfork(fork_prepare, fork_parent, fork_child);
+        return;
+    }
+    while (atomic_load_explicit(&pm_init_state, memory_order_acquire) != 2) pm_os_yield();
+}
+
+/* Runs before main in a program linked with profmalloc; harmless when
+ * malloc already ran. */
+__attribute__((constructor)) static void init_at_load(void) { pm_init(); }
+
+__attribute__((destructor)) static void at_exit(void)
+{
+    if (atomic_load(&pm_init_state) == 2) pm_heapprof_at_exit();
+}

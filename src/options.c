@@ -1,0 +1,99 @@
+/* options.c — the one table of PROFMALLOC_* options: name, kind, default,
+ * one-line doc.  Parsed once, at process init, from `environ` (never
+ * getenv).  Ignored entirely in setuid/setgid programs (AT_SECURE).
+ * A malformed value is reported once on stderr and the default kept.
+ * Written only during init (under the init protocol), read everywhere. */
+#include "pm_internal.h"
+
+pm_options_t pm_options = {
+    .sample_rate = 512 * 1024,
+    .dump_pattern = NULL,
+    .unwind_fp = 0,
+    .tcache_bytes = 32u << 20,
+    .release_bytes = 8u << 20,
+    .verbose = 0,
+};
+
+enum kind { SIZE, STRING, BOOL, UNWIND };
+
+static const struct option {
+    const char *name;
+    enum kind kind;
+    void *target;
+    const char *doc;
+} table[] = {
+    {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
+     "mean bytes between samples; 0 off, 1 every allocation (default 512k)"},
+    {"PROFMALLOC_DUMP", STRING, &pm_options.dump_pattern,
+     "write a heap profile here at exit; %p = pid (default: none)"},
+    {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
+     "stack unwinder: dwarf (default) or fp"},
+    {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
+     "byte budget shared by all thread caches (default 32M)"},
+    {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
+     "free resident pages kept before returning memory to the OS (default 8M)"},
+    {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
+     "1: print the options in force at start"},
+};
+
+static void complain(const char *name, const char *value, const char *doc)
+{
+    char line[400];
+    pm_buf_t b;
+    pm_buf_init(&b, line, sizeof line - 1, -1);
+    pm_buf_str(&b, "ignoring malformed ");
+    pm_buf_str(&b, name);
+    pm_buf_str(&b, "=\"");
+    pm_buf_str(&b, value);
+    pm_buf_str(&b, "\" (");
+    pm_buf_str(&b, doc);
+    pm_buf_str(&b, ")");
+    line[b.len] = 0;
+    pm_os_message(line);
+}
+
+static int parse(const struct option *o, const char *v)
+{
+    switch (o->kind) {
+    case SIZE: return pm_fmt_parse_size(v, (uint64_t *)o->target);
+    case STRING:
+        if (!*v) return -1;
+        *(const char **)o->target = v;
+        return 0;
+    case BOOL:
+        if ((v[0] == '0' || v[0] == '1') && !v[1]) {
+            *(int *)o->target = v[0] == '1';
+            return 0;
+        }
+        return -1;
+    case UNWIND:
+        if (pm_fmt_streq(v, "fp")) *(int *)o->target = 1;
+        else if (pm_fmt_streq(v, "dwarf")) *(int *)o->target = 0;
+        else return -1;
+        return 0;
+    }
+    return -1;
+}
+
+void pm_options_load(void)
+{
+    if (pm_os_secure()) return;
+    for (size_t i = 0; i < PM_ARRAY_LEN(table); i++) {
+        const char *v = pm_os_getenv(table[i].name);
+        if (v && parse(&table[i], v) != 0) complain(table[i].name, v, table[i].doc);
+    }
+    if (pm_options.verbose) {
+        char line[200];
+        pm_buf_t b;
+        pm_buf_init(&b, line, sizeof line - 1, -1);
+        pm_buf_str(&b, "sample_rate=");
+        pm_buf_u64(&b, pm_options.sample_rate);
+        pm_buf_str(&b, " tcache_bytes=");
+        pm_buf_u64(&b, pm_options.tcache_bytes);
+        pm_buf_str(&b, " release_bytes=");
+        pm_buf_u64(&b, pm_options.release_bytes);
+        pm_buf_str(&b, pm_options.unwind_fp ? " unwind=fp" : " unwind=dwarf");
+        line[b.len] = 0;
+        pm_os_message(line);
+    }
+}

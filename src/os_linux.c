@@ -1,0 +1,240 @@
+/* os_linux.c — the only file that makes system calls (see pm_os.h).
+ * Owns: mmap/munmap/madvise, the environment scan, raw file I/O, clocks,
+ * futexes.  Must never: call malloc, stdio, getenv or anything that locks.
+ * No state beyond a cached copy of /proc/self/environ used only when the
+ * allocator starts before libc has set `environ`. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pm.h"
+#include "pm_os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+void *pm_os_map(size_t size, size_t align)
+{
+    size_t os_page = 4096;
+    if (align < os_page) align = os_page;
+    size = (size + os_page - 1) & ~(os_page - 1);
+    size_t want = size + (align > os_page ? align - os_page : 0);
+    if (want < size) return NULL;
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uintptr_t start = (uintptr_t)p;
+    uintptr_t aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
+    if (aligned > start) munmap(p, aligned - start);
+    uintptr_t end = start + want, aligned_end = aligned + size;
+    if (end > aligned_end) munmap((void *)aligned_end, end - aligned_end);
+    return (void *)aligned;
+}
+
+void pm_os_unmap(void *addr, size_t size)
+{
+    if (size) munmap(addr, size);
+}
+
+void pm_os_release(void *addr, size_t size)
+{
+    int saved = errno;
+    (void)madvise(addr, size, MADV_DONTNEED);
+    errno = saved;
+}
+
+/* ---- environment ---------------------------------------------------- */
+
+static const char *match(const char *entry, const char *name)
+{
+    size_t i = 0;
+    while (name[i] && entry[i] == name[i]) i++;
+    return (!name[i] && entry[i] == '=') ? entry + i + 1 : NULL;
+}
+
+static char *proc_environ;      /* NUL-separated copy, mapped once */
+static size_t proc_environ_len;
+
+static void load_proc_environ(void)
+{
+    int fd = pm_os_open("/proc/self/environ", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return;
+    size_t cap = 1 << 20;
+    char *buf = pm_os_map(cap, 0);
+    if (buf) {
+        size_t len = 0;
+        ssize_t n;
+        while (len < cap - 1 && (n = pm_os_read(fd, buf + len, cap - 1 - len)) > 0)
+            len += (size_t)n;
+        buf[len] = 0;
+        proc_environ_len = len;
+        proc_environ = buf;
+    }
+    pm_os_close(fd);
+}
+
+const char *pm_os_getenv(const char *name)
+{
+    char **env = environ;
+    if (env) {
+        for (; *env; env++) {
+            const char *v = match(*env, name);
+            if (v) return v;
+        }
+        return NULL;
+    }
+    if (!proc_environ) load_proc_environ();
+    for (size_t i = 0; proc_environ && i < proc_environ_len;) {
+        const char *v = match(proc_environ + i, name);
+        if (v) return v;
+        i += strlen(proc_environ + i) + 1;
+    }
+    return NULL;
+}
+
+int pm_os_secure(void)
+{
+    return getauxval(AT_SECURE) != 0;
+}
+
+/* ---- files ---------------------------------------------------------- */
+
+int pm_os_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = syscall(SYS_write, fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int pm_os_open(const char *path, int flags, int mode)
+{
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+int pm_os_close(int fd) { return (int)syscall(SYS_close, fd); }
+
+ssize_t pm_os_read(int fd, void *buf, size_t len)
+{
+    ssize_t n;
+    do n = syscall(SYS_read, fd, buf, len);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
+
+int pm_os_rename(const char *from, const char *to)
+{
+    return (int)syscall(SYS_renameat, AT_FDCWD, from, AT_FDCWD, to);
+}
+
+int pm_os_unlink(const char *path)
+{
+    return (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
+}
+
+int pm_os_fsync(int fd) { return (int)syscall(SYS_fsync, fd); }
+
+/* ---- process -------------------------------------------------------- */
+
+pid_t pm_os_getpid(void) { return (pid_t)syscall(SYS_getpid); }
+pid_t pm_os_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts); /* vDSO: no lock, no allocation */
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t pm_os_now_ns(void) { return clock_ns(CLOCK_REALTIME); }
+uint64_t pm_os_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+void pm_os_futex_wait(_Atomic int *word, int expected)
+{
+    int saved = errno;
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+    errno = saved;
+}
+
+void pm_os_futex_wake(_Atomic int *word, int count)
+{
+    int saved = errno;
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+    errno = saved;
+}
+
+void pm_os_yield(void) { sched_yield(); }
+
+void pm_os_message(const char *msg)
+{
+    int saved = errno;
+    char line[512];
+    size_t n = 0;
+    const char *prefix = "profmalloc: ";
+    for (const char *s = prefix; *s && n < sizeof line - 2; s++) line[n++] = *s;
+    for (const char *s = msg; *s && n < sizeof line - 2; s++) line[n++] = *s;
+    line[n++] = '\n';
+    (void)pm_os_write_all(2, line, n);
+    errno = saved;
+}
+
+void pm_os_fatal(const char *msg, const void *ptr, int has_ptr)
+{
+    char line[400];
+    size_t n = 0;
+    for (const char *s = msg; *s && n < 300; s++) line[n++] = *s;
+    if (has_ptr) {
+        uintptr_t v = (uintptr_t)ptr;
+        line[n++] = ' ';
+        line[n++] = '0';
+        line[n++] = 'x';
+        int shift = 60;
+        while (shift > 0 && !((v >> shift) & 0xf)) shift -= 4;
+        for (; shift >= 0; shift -= 4) line[n++] = "0123456789abcdef"[(v >> shift) & 0xf];
+    }
+    line[n] = 0;
+    pm_os_message(line);
+    /* raise SIGABRT without running atexit handlers or flushing stdio */
+    abort();
+}
+
+/* ---- lock slow path (futex) ----------------------------------------- */
+
+void pm_lock_wait_slow(pm_lock_t *l)
+{
+    pm_relaxed_add(&l->contended, 1);
+    for (int spin = 0; spin < 100; spin++) {
+        int expected = 0;
+        if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_weak_explicit(&l->state, &expected, 1,
+                                                  memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        __builtin_ia32_pause();
+    }
+    while (atomic_exchange_explicit(&l->state, 2, memory_order_acquire) != 0)
+        pm_os_futex_wait(&l->state, 2);
+}
+
+void pm_lock_wake_slow(pm_lock_t *l)
+{
+    pm_os_futex_wake(&l->state, 1);
+}

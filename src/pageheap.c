@@ -1,0 +1,318 @@
+/* pageheap.c — spans of 8 KiB pages: best-fit allocation from free lists
+ * by length, splitting, coalescing on free, growth from the OS, and the
+ * policy that returns free memory to the OS.
+ * Lock: ph.lock guards every list, counter and free span.  Must never make
+ * a syscall under it: growth maps memory before taking it, and release
+ * picks spans under it (state RELEASING, off every list), madvises them
+ * after dropping it, then re-inserts them as RETURNED.
+ * Span structs come from meta.c through a spare pool topped up outside the
+ * lock, so no operation allocates metadata while holding it.
+ * Release policy: when resident free pages exceed PROFMALLOC_RELEASE_BYTES
+ * (default 8 MiB), the largest free spans are returned until half that is
+ * left; malloc_trim(0) returns everything.  Fresh memory from the OS
+ * counts as RETURNED (not yet resident), so it is used last. */
+#include "pm_internal.h"
+
+#define LISTS 128            /* exact lists for 1..128 pages; [0] for longer */
+#define GROW_PAGES 256       /* map at least 2 MiB at a time */
+#define SPARE_WANT 6
+#define RELEASE_BATCH 32
+
+enum { KIND_FREE = 0, KIND_RETURNED = 1 };
+
+static struct {
+    pm_lock_t lock;
+    pm_span_t *lists[2][LISTS + 1];
+    uint64_t free_pages[2];      /* pages on lists of each kind */
+    uint64_t releasing_pages;
+    uint64_t mapped_pages;
+    pm_span_t *spare;            /* unused span structs, linked by next */
+    _Atomic unsigned nspare;
+} ph = {.lock = PM_LOCK_INIT};
+
+static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
+static inline void *addr_of(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
+
+static pm_span_t **list_for(int kind, size_t npages)
+{
+    return &ph.lists[kind][npages <= LISTS ? npages : 0];
+}
+
+static void list_insert(pm_span_t *s)
+{
+    pm_span_t **head = list_for(kind_of(s), s->npages);
+    s->prev = NULL;
+    s->next = *head;
+    if (*head) (*head)->prev = s;
+    *head = s;
+    ph.free_pages[kind_of(s)] += s->npages;
+}
+
+static void list_remove(pm_span_t *s)
+{
+    pm_span_t **head = list_for(kind_of(s), s->npages);
+    if (s->prev) s->prev->next = s->next;
+    else *head = s->next;
+    if (s->next) s->next->prev = s->prev;
+    ph.free_pages[kind_of(s)] -= s->npages;
+}
+
+/* ---- span structs ----------------------------------------------------- */
+
+static int reserve_spares(void)
+{
+    while (pm_relaxed_load(&ph.nspare) < SPARE_WANT) {
+        pm_span_t *s = pm_meta_alloc(sizeof *s);
+        if (!s) return -1;
+        pm_lock(&ph.lock);
+        s->next = ph.spare;
+        ph.spare = s;
+        pm_relaxed_add(&ph.nspare, 1);
+        pm_unlock(&ph.lock);
+    }
+    return 0;
+}
+
+static pm_span_t *spare_get_locked(void)
+{
+    pm_span_t *s = ph.spare;
+    ph.spare = s->next;
+    atomic_fetch_sub_explicit(&ph.nspare, 1, memory_order_relaxed);
+    *s = (pm_span_t){0};
+    return s;
+}
+
+static void spare_put_locked(pm_span_t *s)
+{
+    *s = (pm_span_t){0};
+    s->next = ph.spare;
+    ph.spare = s;
+    pm_relaxed_add(&ph.nspare, 1);
+}
+
+/* ---- coalescing ------------------------------------------------------- */
+
+static void mark_ends(pm_span_t *s)
+{
+    pm_pagemap_set_span(s->page, s);
+    pm_pagemap_set_span(s->page + s->npages - 1, s);
+}
+
+/* s is FREE or RETURNED and on no list: merge it with neighbours of the
+ * same state, then insert it. */
+static void coalesce_insert_locked(pm_span_t *s)
+{
+    pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
+    if (prev && prev->state == s->state && prev->page + prev->npages == s->page) {
+        list_remove(prev);
+        s->page = prev->page;
+        s->npages += prev->npages;
+        spare_put_locked(prev);
+    }
+    pm_span_t *next = pm_pagemap_span(s->page + s->npages);
+    if (next && next->state == s->state && next->page == s->page + s->npages) {
+        list_remove(next);
+        s->npages += next->npages;
+        spare_put_locked(next);
+    }
+    mark_ends(s);
+    list_insert(s);
+}
+
+/* ---- allocation ------------------------------------------------------- */
+
+static pm_span_t *best_fit_locked(size_t n)
+{
+    for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++) {
+        for (size_t i = n; i <= LISTS; i++)
+            if (ph.lists[kind][i]) return ph.lists[kind][i];
+        pm_span_t *best = NULL;
+        for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next)
+            if (s->npages >= n && (!best || s->npages < best->npages ||
+                                   (s->npages == best->npages && s->page < best->page)))
+                best = s;
+        if (best) return best;
+    }
+    return NULL;
+}
+
+/* Takes n pages from the front of free span s, returning the rest. */
+static void carve_locked(pm_span_t *s, size_t n)
+{
+    list_remove(s);
+    if (s->npages > n) {
+        pm_span_t *rest = spare_get_locked();
+        rest->page = s->page + n;
+        rest->npages = s->npages - n;
+        rest->state = s->state;
+        mark_ends(rest);
+        list_insert(rest);
+        s->npages = n;
+    }
+    s->zeroed = s->state == PM_SPAN_RETURNED;
+    s->state = PM_SPAN_IN_USE;
+    mark_ends(s);
+}
+
+/* Maps fresh memory for at least n pages and adds it as RETURNED. */
+static int grow(size_t n)
+{
+    size_t pages = n > GROW_PAGES ? n : GROW_PAGES;
+    if (pages > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return -1;
+    void *mem = pm_os_map(pages << PM_PAGE_SHIFT, PM_PAGE_SIZE);
+    if (!mem) return -1;
+    uintptr_t page = (uintptr_t)mem >> PM_PAGE_SHIFT;
+    if (pm_pagemap_ensure(page, pages) != 0) {
+        pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
+        return -1;
+    }
+    pm_lock(&ph.lock);
+    if (!ph.spare) {
+        pm_unlock(&ph.lock);
+        pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
+        return 0; /* the caller retries and tops the spares up */
+    }
+    pm_span_t *s = spare_get_locked();
+    s->page = page;
+    s->npages = pages;
+    s->state = PM_SPAN_RETURNED;
+    ph.mapped_pages += pages;
+    coalesce_insert_locked(s);
+    pm_unlock(&ph.lock);
+    return 0;
+}
+
+pm_span_t *pm_pageheap_alloc(size_t n)
+{
+    if (n == 0 || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return NULL;
+    for (;;) {
+        if (reserve_spares() != 0) return NULL;
+        pm_lock(&ph.lock);
+        if (pm_relaxed_load(&ph.nspare) >= 2) {
+            pm_span_t *s = best_fit_locked(n);
+            if (s) {
+                carve_locked(s, n);
+                pm_unlock(&ph.lock);
+                return s;
+            }
+        }
+        pm_unlock(&ph.lock);
+        if (grow(n) != 0) return NULL;
+    }
+}
+
+/* Returns the pages [page, page+n) of an in-use span to the free lists,
+ * as RETURNED when they are known to be zero (never touched) else FREE. */
+static void give_back_locked(uintptr_t page, size_t n, int zeroed)
+{
+    pm_span_t *s = spare_get_locked();
+    s->page = page;
+    s->npages = n;
+    s->state = zeroed ? PM_SPAN_RETURNED : PM_SPAN_FREE;
+    coalesce_insert_locked(s);
+}
+
+pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
+{
+    if (align <= 1) return pm_pageheap_alloc(n);
+    if (n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4)
+        return NULL;
+    pm_span_t *s = pm_pageheap_alloc(n + align - 1);
+    if (!s) return NULL;
+    for (;;) {
+        if (reserve_spares() != 0) {
+            pm_pageheap_free(s);
+            return NULL;
+        }
+        pm_lock(&ph.lock);
+        if (pm_relaxed_load(&ph.nspare) >= 2) break;
+        pm_unlock(&ph.lock);
+    }
+    uintptr_t start = (s->page + align - 1) & ~(uintptr_t)(align - 1);
+    size_t lead = start - s->page, trail = s->npages - lead - n;
+    if (lead) give_back_locked(s->page, lead, s->zeroed);
+    if (trail) give_back_locked(start + n, trail, s->zeroed);
+    s->page = start;
+    s->npages = n;
+    mark_ends(s);
+    pm_unlock(&ph.lock);
+    return s;
+}
+
+/* ---- free and release ------------------------------------------------- */
+
+static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages)
+{
+    size_t k = 0;
+    for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
+        /* longest first: the large list, then 128 down to 1 pages */
+        size_t idx = i == 0 ? 0 : LISTS + 1 - i;
+        while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH &&
+               ph.free_pages[KIND_FREE] > keep_pages) {
+            pm_span_t *s = ph.lists[KIND_FREE][idx];
+            list_remove(s);
+            s->state = PM_SPAN_RELEASING;
+            ph.releasing_pages += s->npages;
+            out[k++] = s;
+        }
+    }
+    return k;
+}
+
+static void release_picked(pm_span_t **picked, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        pm_os_release(addr_of(picked[i]->page), picked[i]->npages << PM_PAGE_SHIFT);
+    pm_lock(&ph.lock);
+    for (size_t i = 0; i < k; i++) {
+        ph.releasing_pages -= picked[i]->npages;
+        picked[i]->state = PM_SPAN_RETURNED;
+        coalesce_insert_locked(picked[i]);
+    }
+    pm_unlock(&ph.lock);
+}
+
+void pm_pageheap_free(pm_span_t *s)
+{
+    pm_span_t *picked[RELEASE_BATCH];
+    size_t k = 0;
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    pm_lock(&ph.lock);
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+    *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
+    coalesce_insert_locked(s);
+    if (ph.free_pages[KIND_FREE] > limit) k = pick_release_locked(picked, limit / 2);
+    pm_unlock(&ph.lock);
+    if (k) release_picked(picked, k);
+}
+
+void pm_pageheap_release_all(void)
+{
+    pm_span_t *picked[RELEASE_BATCH];
+    for (;;) {
+        pm_lock(&ph.lock);
+        size_t k = pick_release_locked(picked, 0);
+        pm_unlock(&ph.lock);
+        if (!k) return;
+        release_picked(picked, k);
+    }
+}
+
+void pm_pageheap_stats(pm_pageheap_stats_t *out)
+{
+    pm_lock(&ph.lock);
+    out->mapped = ph.mapped_pages << PM_PAGE_SHIFT;
+    out->free = ph.free_pages[KIND_FREE] << PM_PAGE_SHIFT;
+    out->released = (ph.free_pages[KIND_RETURNED] + ph.releasing_pages) << PM_PAGE_SHIFT;
+    out->in_use = out->mapped - out->free - out->released;
+    out->contention = pm_relaxed_load(&ph.lock.contended);
+    pm_unlock(&ph.lock);
+}
+
+void pm_pageheap_lock_all(void) { pm_lock(&ph.lock); }
+
+void pm_pageheap_unlock_all(int child)
+{
+    if (child) pm_lock_reset(&ph.lock);
+    else pm_unlock(&ph.lock);
+}

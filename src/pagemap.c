@@ -1,0 +1,52 @@
+/* pagemap.c — a two-level radix tree from page number to span, with a
+ * parallel byte per page holding the size class so free() finds a small
+ * block's class with two loads.  Leaves (2.25 MiB of address space each,
+ * touched sparsely) come from mmap and are published with a CAS, so
+ * lookups take no lock and never see a half-built leaf.
+ * Entries are written by the page heap (under its lock) and the central
+ * lists (for pages of spans they own); readers race benignly. */
+#include "pm_internal.h"
+
+pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
+static _Atomic uint64_t leaf_bytes;
+
+#define LEAF_MASK ((1u << PM_LEAF_BITS) - 1)
+
+int pm_pagemap_ensure(uintptr_t page, size_t n)
+{
+    for (uintptr_t key = page >> PM_LEAF_BITS; key <= (page + n - 1) >> PM_LEAF_BITS; key++) {
+        if (key >> PM_ROOT_BITS) return -1;
+        if (atomic_load_explicit(&pm_pagemap_root[key], memory_order_acquire)) continue;
+        pm_leaf_t *leaf = pm_os_map(sizeof(pm_leaf_t), 0);
+        if (!leaf) return -1;
+        pm_leaf_t *expected = NULL;
+        if (atomic_compare_exchange_strong(&pm_pagemap_root[key], &expected, leaf))
+            pm_relaxed_add(&leaf_bytes, sizeof(pm_leaf_t));
+        else
+            pm_os_unmap(leaf, sizeof(pm_leaf_t));
+    }
+    return 0;
+}
+
+void pm_pagemap_set_span(uintptr_t page, pm_span_t *s)
+{
+    pm_pagemap_leaf(page)->span[page & LEAF_MASK] = s;
+}
+
+void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls)
+{
+    for (size_t i = 0; i < n; i++) {
+        pm_leaf_t *leaf = pm_pagemap_leaf(page + i);
+        atomic_store_explicit((_Atomic uint8_t *)&leaf->cls[(page + i) & LEAF_MASK], cls,
+                              memory_order_relaxed);
+    }
+}
+
+void pm_pagemap_mark_sampled(uintptr_t page)
+{
+    pm_leaf_t *leaf = pm_pagemap_leaf(page);
+    atomic_fetch_or_explicit((_Atomic uint8_t *)&leaf->cls[page & LEAF_MASK],
+                             PM_SAMPLED_PAGE, memory_order_relaxed);
+}
+
+uint64_t pm_pagemap_bytes(void) { return pm_relaxed_load(&leaf_bytes); }

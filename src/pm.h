@@ -1,0 +1,93 @@
+/* pm.h — base of every file in src/: configuration constants, compiler
+ * attributes, atomics and the allocator's lock.
+ * Owns: nothing at run time.  Must never: include allocator types (those are
+ * in pm_types.h) or call into libc.
+ * The lock is a futex word (0 free, 1 held, 2 held with waiters) that counts
+ * how often it was found held, so contention can be reported per lock. */
+#ifndef PM_H
+#define PM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- configuration ---------------------------------------------------- */
+#define PM_PAGE_SHIFT 13                       /* spans are made of 8 KiB pages */
+#define PM_PAGE_SIZE ((size_t)1 << PM_PAGE_SHIFT)
+#define PM_ALIGNMENT 16                        /* every block is 16-byte aligned */
+#define PM_MAX_SMALL ((size_t)256 * 1024)      /* largest size-class block */
+#define PM_CLASS_MAX 100                       /* room for the size-class table */
+#define PM_ADDR_BITS 48                        /* x86-64 / arm64 user space */
+
+/* Compile-time features are constants tested with if (), not #ifdef. */
+#ifdef PM_CONFIG_DEBUG
+static const bool pm_config_debug = true;
+#else
+static const bool pm_config_debug = false;
+#endif
+
+/* ---- attributes ------------------------------------------------------- */
+#define PM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define PM_INLINE static inline __attribute__((always_inline))
+#define PM_NOINLINE __attribute__((noinline))
+#define PM_COLD __attribute__((cold, noinline))
+#define PM_EXPORT __attribute__((visibility("default")))
+#define PM_TLS __thread __attribute__((tls_model("initial-exec")))
+#define PM_CACHELINE 64
+#define PM_ALIGNED(n) __attribute__((aligned(n)))
+#define PM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* An assertion that stays in release builds for cheap invariants whose
+ * violation would corrupt the heap. */
+#define PM_CHECK(cond, msg)                                                    \
+    do {                                                                       \
+        if (PM_UNLIKELY(!(cond))) pm_os_fatal(msg, 0, 0);                      \
+    } while (0)
+#define PM_DEBUG_ASSERT(cond)                                                  \
+    do {                                                                       \
+        if (pm_config_debug && !(cond))                                        \
+            pm_os_fatal("assertion failed: " #cond, 0, 0);                     \
+    } while (0)
+
+void pm_os_fatal(const char *msg, const void *ptr, int has_ptr)
+    __attribute__((noreturn, cold));
+
+/* ---- lock ------------------------------------------------------------- */
+typedef struct pm_lock {
+    _Atomic int state;            /* 0 free, 1 held, 2 held and contended */
+    _Atomic uint64_t contended;   /* acquisitions that found it held */
+} pm_lock_t;
+
+#define PM_LOCK_INIT {0, 0}
+
+void pm_lock_wait_slow(pm_lock_t *l);
+void pm_lock_wake_slow(pm_lock_t *l);
+
+PM_INLINE void pm_lock(pm_lock_t *l)
+{
+    int expected = 0;
+    if (PM_LIKELY(atomic_compare_exchange_strong_explicit(
+            &l->state, &expected, 1, memory_order_acquire, memory_order_relaxed)))
+        return;
+    pm_lock_wait_slow(l);
+}
+
+PM_INLINE void pm_unlock(pm_lock_t *l)
+{
+    if (PM_UNLIKELY(atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2))
+        pm_lock_wake_slow(l);
+}
+
+/* After fork() the child owns every lock its parent's atfork handler took. */
+PM_INLINE void pm_lock_reset(pm_lock_t *l)
+{
+    atomic_store_explicit(&l->state, 0, memory_order_relaxed);
+}
+
+#define pm_relaxed_load(p) atomic_load_explicit((p), memory_order_relaxed)
+#define pm_relaxed_store(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+#define pm_relaxed_add(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
+
+#endif

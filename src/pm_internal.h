@@ -1,0 +1,244 @@
+/* pm_internal.h — internal prototypes, grouped under the .c that owns them,
+ * and the hot inlines (size-class lookup, page-map lookup, the malloc and
+ * free fast paths).  Calls go down the ladder only:
+ *   override → alloc → tcache → central → pageheap → pagemap/meta → os  */
+#ifndef PM_INTERNAL_H
+#define PM_INTERNAL_H
+
+#include "pm.h"
+#include "pm_os.h"
+#include "pm_types.h"
+#include "../include/profmalloc.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- fmt.c: allocation-free formatting and parsing ------------------- */
+/* A bounded text buffer that flushes to a file descriptor when full. */
+typedef struct pm_buf {
+    char *data;
+    size_t len, cap;
+    int fd;        /* -1: never flush; overflow sets `truncated` */
+    int error;     /* errno of the first failed write, or 0 */
+    int truncated;
+} pm_buf_t;
+void pm_buf_init(pm_buf_t *b, char *data, size_t cap, int fd);
+void pm_buf_str(pm_buf_t *b, const char *s);
+void pm_buf_u64(pm_buf_t *b, uint64_t v);
+void pm_buf_hex(pm_buf_t *b, uint64_t v);
+int pm_buf_flush(pm_buf_t *b);
+/* Parses "<digits>[k|M|G|T][B|iB]" (case-insensitive suffix, powers of
+ * 1024).  Returns 0 and sets *out, or -1 for anything else. */
+int pm_fmt_parse_size(const char *s, uint64_t *out);
+size_t pm_fmt_strlen(const char *s);
+int pm_fmt_streq(const char *a, const char *b);
+
+/* ---- options.c ------------------------------------------------------- */
+typedef struct pm_options {
+    uint64_t sample_rate;      /* PROFMALLOC_SAMPLE_RATE */
+    const char *dump_pattern;  /* PROFMALLOC_DUMP, or NULL */
+    int unwind_fp;             /* PROFMALLOC_UNWIND=fp */
+    uint64_t tcache_bytes;     /* PROFMALLOC_TCACHE_BYTES */
+    uint64_t release_bytes;    /* PROFMALLOC_RELEASE_BYTES */
+    int verbose;               /* PROFMALLOC_VERBOSE */
+} pm_options_t;
+extern pm_options_t pm_options;
+void pm_options_load(void);
+
+/* ---- meta.c: metadata from mmap, never malloc ------------------------ */
+void *pm_meta_alloc(size_t size);       /* zeroed, 16-aligned, never freed */
+uint64_t pm_meta_bytes(void);
+void pm_meta_lock_all(void);
+void pm_meta_unlock_all(int child);
+
+/* ---- sizeclass.c ----------------------------------------------------- */
+#define PM_CLASS_SLOTS (((PM_MAX_SMALL + 127) >> 7) + 120 + 1)
+extern uint8_t pm_class_index[PM_CLASS_SLOTS];
+extern uint32_t pm_class_size[PM_CLASS_MAX];
+extern uint16_t pm_class_pages[PM_CLASS_MAX];
+extern uint16_t pm_class_batch[PM_CLASS_MAX];
+extern uint32_t pm_class_count;          /* classes are 1 .. pm_class_count-1 */
+void pm_sizeclass_init(void);
+
+PM_INLINE size_t pm_class_slot(size_t size)
+{
+    return size <= 1024 ? (size + 15) >> 4 : (size + 127 + (120 << 7)) >> 7;
+}
+PM_INLINE unsigned pm_sizeclass_of(size_t size) /* size <= PM_MAX_SMALL */
+{
+    return pm_class_index[pm_class_slot(size)];
+}
+
+/* ---- pagemap.c: page number → span, and → size class ---------------- */
+#define PM_LEAF_BITS 18
+#define PM_ROOT_BITS (PM_ADDR_BITS - PM_PAGE_SHIFT - PM_LEAF_BITS)
+#define PM_SAMPLED_PAGE 0x80   /* class byte flag: a sampled block lives here */
+typedef struct pm_leaf {
+    uint8_t cls[1 << PM_LEAF_BITS];         /* 0: not a small-object page */
+    pm_span_t *span[1 << PM_LEAF_BITS];
+} pm_leaf_t;
+extern pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
+
+/* Leaves for pages [page, page+n) exist afterwards, or it returns -1. */
+int pm_pagemap_ensure(uintptr_t page, size_t n);
+void pm_pagemap_set_span(uintptr_t page, pm_span_t *s);
+void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls);
+void pm_pagemap_mark_sampled(uintptr_t page);
+uint64_t pm_pagemap_bytes(void);
+
+PM_INLINE pm_leaf_t *pm_pagemap_leaf(uintptr_t page)
+{
+    return atomic_load_explicit(
+        &pm_pagemap_root[(page >> PM_LEAF_BITS) & ((1u << PM_ROOT_BITS) - 1)],
+        memory_order_acquire);
+}
+PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
+{
+    if (page >> (PM_ADDR_BITS - PM_PAGE_SHIFT)) return NULL;
+    pm_leaf_t *leaf = pm_pagemap_leaf(page);
+    return leaf ? leaf->span[page & ((1u << PM_LEAF_BITS) - 1)] : NULL;
+}
+
+/* ---- pageheap.c: spans of pages, coalescing, release to the OS ------- */
+pm_span_t *pm_pageheap_alloc(size_t npages);
+pm_span_t *pm_pageheap_alloc_aligned(size_t npages, size_t align_pages);
+void pm_pageheap_free(pm_span_t *s);
+void pm_pageheap_release_all(void);
+typedef struct pm_pageheap_stats {
+    uint64_t mapped, free, released, in_use, large_in_use, large_requested;
+    uint64_t large_count, contention;
+} pm_pageheap_stats_t;
+void pm_pageheap_stats(pm_pageheap_stats_t *out);
+void pm_pageheap_lock_all(void);
+void pm_pageheap_unlock_all(int child);
+
+/* ---- central.c: per-class free lists, batches, one lock per class ---- */
+extern pm_central_t pm_central[PM_CLASS_MAX];
+void pm_central_init(void);
+/* Returns a chain of up to n (>= 1) objects linked through their first
+ * word and sets *got, or returns NULL when memory is exhausted. */
+void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
+void pm_central_put(unsigned cls, void *chain, uint32_t n);
+void pm_central_lock_all(void);
+void pm_central_unlock_all(int child);
+
+/* ---- tcache.c: per-thread caches ------------------------------------- */
+extern PM_TLS pm_tcache_t pm_tls;
+void pm_tcache_init(void);                 /* global part, at process init */
+void pm_tcache_thread_start(pm_tcache_t *t);
+void pm_tcache_thread_exit(void *t);
+void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
+void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
+void pm_tcache_flush_all(pm_tcache_t *t);
+uint64_t pm_tcache_bytes(uint64_t *threads);
+void pm_tcache_lock_all(void);
+void pm_tcache_unlock_all(int child);
+
+/* ---- sampler.c ------------------------------------------------------- */
+/* -ln(u) for u in (0, 1], without libm. */
+double pm_sampler_neg_log(double u);
+/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
+ * 1, "practically never" when 0. */
+int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
+uint64_t pm_sampler_seed(void);
+/* The chance that an allocation of x = size/rate means is sampled:
+ * 1 - exp(-x), without libm. */
+double pm_sampler_prob(double x);
+
+/* ---- heapprof.c: the sampled-site table (slow path only) ------------- */
+uint64_t pm_sampler_rate(void);
+void pm_sampler_set_rate(uint64_t rate);
+/* p (size bytes) was just allocated at a sample point. */
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size);
+/* p, owned by span s, is being freed and may be a sampled block. */
+void pm_free_sampled(pm_span_t *s, void *p);
+PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
+{
+    if (s->cls == 0) return s->sample != NULL;
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+    return (pm_pagemap_leaf(page)->cls[page & ((1u << PM_LEAF_BITS) - 1)] & PM_SAMPLED_PAGE) != 0;
+}
+void pm_heapprof_init(void);
+void pm_heapprof_at_exit(void);
+uint64_t pm_heapprof_live_samples(void);
+void pm_heapprof_lock_all(void);
+void pm_heapprof_unlock_all(int child);
+
+/* ---- alloc.c: the malloc family, fast paths inline below ------------- */
+void *pm_alloc_slow(size_t size);
+void pm_free_slow(void *p);
+void *pm_malloc(size_t size);
+void pm_free(void *p);
+void *pm_calloc(size_t n, size_t size);
+void *pm_realloc(void *p, size_t size);
+void *pm_reallocarray(void *p, size_t n, size_t size);
+void *pm_memalign(size_t align, size_t size);
+int pm_posix_memalign(void **out, size_t align, size_t size);
+void *pm_aligned_alloc(size_t align, size_t size);
+void *pm_valloc(size_t size);
+void *pm_pvalloc(size_t size);
+size_t pm_usable_size(const void *p);
+void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count);
+
+/* ---- textmark.c: the first and last function of the library's code -- */
+void pm_text_begin(void);
+void pm_text_end(void);
+
+/* ---- init.c ---------------------------------------------------------- */
+extern _Atomic int pm_init_state;     /* 0 none, 1 running, 2 done */
+void pm_init_slow(void);
+PM_INLINE void pm_init(void)
+{
+    if (PM_UNLIKELY(atomic_load_explicit(&pm_init_state, memory_order_acquire) != 2))
+        pm_init_slow();
+}
+
+/* ---- stats.c --------------------------------------------------------- */
+void pm_stats_collect(profmalloc_stats_t *out);
+int pm_malloc_trim(size_t pad);
+int pm_mallopt(int param, int value);
+void pm_malloc_stats(void);
+struct mallinfo2;
+struct _IO_FILE;
+struct mallinfo2 pm_mallinfo2(void);
+int pm_malloc_info(int options, struct _IO_FILE *fp);
+
+/* ---- the fast paths -------------------------------------------------- */
+PM_INLINE void *pm_malloc_inline(size_t size)
+{
+    if (PM_LIKELY(size <= PM_MAX_SMALL)) {
+        pm_tcache_t *t = &pm_tls;
+        pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
+        void *p = l->head;
+        int64_t left = t->countdown - (int64_t)size;
+        if (PM_LIKELY(p != NULL && left >= 0)) {
+            t->countdown = left;
+            l->head = *(void **)p;
+            l->len--;
+            return p;
+        }
+    }
+    return pm_alloc_slow(size);
+}
+
+PM_INLINE void pm_free_inline(void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
+    if (PM_LIKELY(leaf != NULL)) {
+        unsigned cls = leaf->cls[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)];
+        /* class 1..127: a small block on a page without samples */
+        if (PM_LIKELY((int8_t)cls > 0 && (a & (PM_ALIGNMENT - 1)) == 0)) {
+            pm_tlist_t *l = &pm_tls.list[cls];
+            if (PM_LIKELY(l->len < l->max_len && p != l->head)) {
+                *(void **)p = l->head;
+                l->head = p;
+                l->len++;
+                return;
+            }
+        }
+    }
+    pm_free_slow(p);
+}
+
+#endif

@@ -1,0 +1,49 @@
+/* pm_os.h — the OS contract.  os_linux.c is the only file that makes
+ * system calls; everything else in src/ reaches the kernel through here.
+ * Must never: allocate with malloc, take an allocator lock, or use stdio.
+ * Every function is safe to call before any constructor has run. */
+#ifndef PM_OS_H
+#define PM_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Memory.  pm_os_map returns zeroed memory aligned to `align` (a power of
+ * two, at least the OS page), or NULL. */
+void *pm_os_map(size_t size, size_t align);
+void pm_os_unmap(void *addr, size_t size);
+/* Give pages back to the OS; they read as zero when next touched. */
+void pm_os_release(void *addr, size_t size);
+
+/* Environment: scans environ (or /proc/self/environ before libc set it up).
+ * Returns NULL when unset.  pm_os_secure() is true in setuid/setgid
+ * programs (AT_SECURE), where PROFMALLOC_* variables must be ignored. */
+const char *pm_os_getenv(const char *name);
+int pm_os_secure(void);
+
+/* Raw file I/O with write(2) semantics but retrying on EINTR and short
+ * writes.  Return 0 or -1 with errno set. */
+int pm_os_write_all(int fd, const void *buf, size_t len);
+int pm_os_open(const char *path, int flags, int mode);
+int pm_os_close(int fd);
+ssize_t pm_os_read(int fd, void *buf, size_t len);
+int pm_os_rename(const char *from, const char *to);
+int pm_os_unlink(const char *path);
+int pm_os_fsync(int fd);
+
+/* Process facts. */
+pid_t pm_os_getpid(void);
+pid_t pm_os_gettid(void);
+uint64_t pm_os_now_ns(void);       /* CLOCK_REALTIME */
+uint64_t pm_os_monotonic_ns(void); /* CLOCK_MONOTONIC */
+
+/* Futex wait/wake on a 32-bit word (the lock's slow path). */
+void pm_os_futex_wait(_Atomic int *word, int expected);
+void pm_os_futex_wake(_Atomic int *word, int count);
+void pm_os_yield(void);
+
+/* Writes "profmalloc: <msg>\n" to stderr. */
+void pm_os_message(const char *msg);
+
+#endif

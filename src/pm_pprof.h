@@ -1,0 +1,16 @@
+/* pm_pprof.h — the profile writers (pprof.c): a heap snapshot formatted as
+ * pprof profile.proto (gzip container, Go's heap layout) or as gperftools'
+ * legacy heap text.  Owns no state.  Never allocates with malloc, never
+ * takes a lock: call it after every allocator and profiler lock is dropped. */
+#ifndef PM_PPROF_H
+#define PM_PPROF_H
+
+#include "pm_prof_types.h"
+
+/* Writes snapshot s to fd in format PROFMALLOC_FORMAT_PPROF (gzip'd
+ * profile.proto, Go heap layout) or PROFMALLOC_FORMAT_LEGACY (gperftools
+ * heap_v2 text).  Returns 0, or -1 with errno set (EINVAL for a bad
+ * argument, ENOMEM when scratch memory cannot be mapped, or write(2)'s). */
+int pm_pprof_write(int fd, const pm_prof_snapshot_t *s, int format);
+
+#endif

@@ -1,0 +1,34 @@
+/* pm_prof_types.h — the profiler's snapshot, handed from heapprof.c (which
+ * takes it under the profiler lock into mmap'd memory) to pprof.c (which
+ * formats and writes it after every lock is dropped).
+ * Invariants of a snapshot:
+ *   every samples[i].depth <= PM_STACK_MAX and pcs points at depth entries;
+ *   values are already unbiased estimates (at rate 1, exact counts);
+ *   inuse_objects <= alloc_objects and inuse_bytes <= alloc_bytes. */
+#ifndef PM_PROF_TYPES_H
+#define PM_PROF_TYPES_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "../include/profmalloc.h"
+
+#define PM_STACK_MAX 64
+
+typedef struct pm_prof_sample {
+    uint64_t alloc_objects, alloc_bytes;  /* cumulative since start */
+    uint64_t inuse_objects, inuse_bytes;  /* live now */
+    uint64_t size;                        /* object size: the "bytes" label */
+    uint32_t depth;
+    const uintptr_t *pcs;                 /* return addresses, leaf first */
+} pm_prof_sample_t;
+
+typedef struct pm_prof_snapshot {
+    uint64_t sample_rate;     /* period: mean bytes between samples; 1 = exact */
+    uint64_t time_ns;         /* CLOCK_REALTIME at the snapshot */
+    uint64_t duration_ns;     /* since the profiler started */
+    size_t nsamples;
+    const pm_prof_sample_t *samples;
+    profmalloc_stats_t totals; /* the allocator's exact totals */
+} pm_prof_snapshot_t;
+
+#endif

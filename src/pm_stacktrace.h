@@ -1,0 +1,37 @@
+/* pm_stacktrace.h — call-stack capture for the heap profiler (stacktrace.c).
+ * Safe to call from inside malloc, before any constructor, in any thread and
+ * from a signal handler: it never allocates, never locks, never uses stdio. */
+#ifndef PM_STACKTRACE_H
+#define PM_STACKTRACE_H
+
+#include <stdint.h>
+
+#define PM_UNWIND_DWARF 0 /* default: walk .eh_frame CFI (works without frame pointers) */
+#define PM_UNWIND_FP 1    /* follow the %rbp chain only (PROFMALLOC_UNWIND=fp) */
+
+/* Selects the unwinder for later captures; any value other than PM_UNWIND_FP
+ * means PM_UNWIND_DWARF.  The mode is process-wide and may change at any
+ * time (relaxed atomic); parsing PROFMALLOC_UNWIND is the caller's job. */
+void pm_stacktrace_set_mode(int mode);
+int pm_stacktrace_get_mode(void);
+
+/* Stores into pcs[] the return addresses of the calling stack, innermost
+ * first, and returns how many it stored (0 <= n <= max).
+ *
+ * Let F0 be the function that called pm_stacktrace_capture, F1 the function
+ * that called F0, and so on.  The unwound sequence is
+ *     R0 = return address of the call to pm_stacktrace_capture (a PC in F0),
+ *     R1 = return address of the call to F0 (a PC in F1), ...
+ * pcs[i] = R(skip + i): with skip == 0, pcs[0] is a PC inside the direct
+ * caller of pm_stacktrace_capture; skip == 1 drops that frame, so pcs[0] is
+ * a PC inside the caller's caller.  Negative skip counts as 0.  Frames are
+ * counted as they exist at run time: a caller that got inlined into its own
+ * caller is no frame, so callers should be noinline where skip matters.
+ *
+ * Every entry is a return address (the instruction after a call): subtract
+ * 1 before symbolizing.  The walk ends early, without error, at the
+ * outermost frame (_start, thread start, makecontext), at code without
+ * unwind info, at a signal frame, or when the stack looks corrupt. */
+int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip);
+
+#endif

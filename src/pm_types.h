@@ -1,0 +1,92 @@
+/* pm_types.h — every struct shared between files, each with its invariants.
+ * Owns: type definitions only.  Which lock guards which field is written
+ * beside the field; doc/design.md has the lock order. */
+#ifndef PM_TYPES_H
+#define PM_TYPES_H
+
+#include "pm.h"
+
+/* ---- spans ------------------------------------------------------------
+ * A span is a run of npages pages starting at page number `page`.
+ * States: IN_USE (a small-object span owned by a central list, or one large
+ * block), FREE (resident, on a page-heap free list), RETURNED (given back
+ * to the OS, reads as zero), RELEASING (off every list while the page heap
+ * madvises it outside its lock).
+ * Small-object span invariants (under its central lock):
+ *   allocated + free_count(freelist) + (capacity - carved) == capacity
+ *   carved <= capacity == npages * PM_PAGE_SIZE / class_size
+ * Free spans (under the page-heap lock): the page map maps their first and
+ * last page to them, and no two FREE neighbours (or two RETURNED ones)
+ * exist: coalescing joins them at once. */
+enum { PM_SPAN_IN_USE = 1, PM_SPAN_FREE, PM_SPAN_RETURNED, PM_SPAN_RELEASING };
+
+typedef struct pm_span {
+    uintptr_t page;           /* first page number (address >> PM_PAGE_SHIFT) */
+    size_t npages;
+    struct pm_span *next, *prev; /* list links: central nonempty or free list */
+    void *freelist;           /* small: returned objects inside this span */
+    uint32_t allocated;       /* small: objects out of this span */
+    uint32_t carved;          /* small: objects ever cut from the front */
+    uint32_t capacity;        /* small: objects that fit */
+    uint8_t cls;              /* size class, 0 for a large block */
+    uint8_t state;            /* PM_SPAN_* */
+    uint8_t zeroed;           /* large: memory known to be all zero */
+    uint8_t on_list;          /* small: linked into the central nonempty list */
+    size_t requested;         /* large: bytes the application asked for */
+    void *sample;             /* large: its sample record, or NULL */
+} pm_span_t;
+
+/* ---- per-thread cache ---------------------------------------------------
+ * One free list per size class, linked through each block's first word.
+ * Invariants (touched only by the owning thread, except `budget`):
+ *   len == length of the list at head;  len <= max_len, except while a
+ *   free is deciding what to do with an overflow
+ *   capacity == Σ max_len[c] * class_size[c] <= budget, except for the
+ *   moments between another thread lowering `budget` and this thread's
+ *   next slow path, which shrinks the lists to fit.
+ * A new thread's cache is all zero: empty lists with max_len 0 and a zero
+ * countdown, so its first malloc and first free both miss into the slow
+ * path, which sets the thread up (the "empty sentinel").  */
+typedef struct pm_tlist {
+    void *head;
+    uint32_t len;
+    uint32_t max_len;
+} pm_tlist_t;
+
+enum { PM_THREAD_EMPTY = 0, PM_THREAD_ACTIVE, PM_THREAD_DEAD };
+
+typedef struct pm_tcache {
+    int64_t countdown;              /* bytes to allocate before the next sample */
+    pm_tlist_t list[PM_CLASS_MAX];
+    /* slow-path state */
+    uint32_t low_water[PM_CLASS_MAX]; /* min len since the last scavenge */
+    uint16_t overflows[PM_CLASS_MAX];
+    size_t capacity;
+    _Atomic size_t budget;
+    uint64_t rng;                   /* sampler state */
+    uint64_t sample_rate;           /* rate the countdown was drawn with */
+    uint32_t slow_calls;            /* slow paths since the last scavenge */
+    uint8_t state;                  /* PM_THREAD_* */
+    uint8_t in_profiler;            /* reentrancy guard for the profiler */
+    struct pm_tcache *next, *prev;  /* registry, under pm_tcache registry lock */
+} pm_tcache_t;
+
+/* ---- central free list, one per size class ----------------------------
+ * Under `lock`:
+ *   out == objects handed to thread caches (or the application) and not
+ *          yet returned
+ *   Σ over spans of class: allocated == out + nslots * batch
+ *   nonempty holds exactly the class's spans with a free or uncarved object */
+#define PM_MAX_SLOTS 64
+
+typedef struct pm_central {
+    pm_lock_t lock;
+    pm_span_t nonempty;          /* sentinel of a circular list */
+    uint32_t nslots, max_slots;
+    void *slots[PM_MAX_SLOTS];   /* full batches: chains of `batch` objects */
+    uint64_t out;
+    uint64_t spans;              /* spans owned by this class */
+    uint64_t span_free;          /* Σ capacity - allocated over its spans */
+} PM_ALIGNED(PM_CACHELINE) pm_central_t;
+
+#endif

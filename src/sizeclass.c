@@ -1,0 +1,56 @@
+/* sizeclass.c — the size-class table, computed once at init.
+ * Classes: 16..128 in steps of 16, then 8 classes per doubling (step =
+ * the power of two below the size / 8) up to 256 KiB, so internal waste
+ * is at most 12.5% above 128 bytes.  A class's span is the fewest pages
+ * that hold at least 8 objects (or 64 KiB) with at most 1/8 left over at
+ * the span's tail.  Batch (objects moved between a thread cache and the
+ * central list at once) is 64 KiB / size, clamped to 2..32.
+ * doc/design.md prints the table with its waste (build/sizeclass-table).
+ * Written only during init; read-only afterwards, no lock. */
+#include "pm_internal.h"
+
+uint8_t pm_class_index[PM_CLASS_SLOTS];
+uint32_t pm_class_size[PM_CLASS_MAX];
+uint16_t pm_class_pages[PM_CLASS_MAX];
+uint16_t pm_class_batch[PM_CLASS_MAX];
+uint32_t pm_class_count;
+
+static size_t pages_for(size_t size)
+{
+    size_t n = (size + PM_PAGE_SIZE - 1) / PM_PAGE_SIZE;
+    for (;; n++) {
+        size_t bytes = n * PM_PAGE_SIZE;
+        size_t objs = bytes / size;
+        if (bytes % size <= bytes / 8 && (objs >= 8 || bytes >= 64 * 1024)) return n;
+    }
+}
+
+void pm_sizeclass_init(void)
+{
+    unsigned c = 1;
+    size_t size = 16;
+    while (size <= PM_MAX_SMALL) {
+        pm_class_size[c] = (uint32_t)size;
+        pm_class_pages[c] = (uint16_t)pages_for(size);
+        size_t batch = (64 * 1024) / size;
+        pm_class_batch[c] = (uint16_t)(batch < 2 ? 2 : batch > 32 ? 32 : batch);
+        c++;
+        size_t step = 16;
+        if (size >= 128) {
+            size_t p2 = 128;
+            while (p2 * 2 <= size) p2 *= 2;
+            step = p2 / 8;
+        }
+        size += step;
+    }
+    pm_class_count = c;
+    PM_CHECK(c <= PM_CLASS_MAX, "size-class table overflow");
+    /* every slot maps to the smallest class that holds its largest size */
+    unsigned cls = 1;
+    for (size_t slot = 0; slot < PM_CLASS_SLOTS; slot++) {
+        if (slot > 64 && slot <= 128) continue; /* no size maps here */
+        size_t max = slot <= 64 ? slot * 16 : (slot - 120) << 7;
+        while (pm_class_size[cls] < max) cls++;
+        pm_class_index[slot] = (uint8_t)cls;
+    }
+}

@@ -1,0 +1,725 @@
+/* stacktrace.c — captures the allocating call stack for the heap profiler.
+ * Owns: the unwinder (DWARF .eh_frame CFI on x86-64, %rbp chain as the
+ * alternative) and the process-wide unwind mode.
+ * Must never: call malloc or anything that may (stdio, dladdr, backtrace,
+ * dl_iterate_phdr, libgcc's unwinder), nor read a stack slot outside the
+ * bounds it checked; it runs inside malloc and in signal handlers.
+ * Locks: none.  Objects are found with _dl_find_object (lock-free). */
+#include "pm.h"
+#include "pm_stacktrace.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* No frame is further than this above the capturing frame. */
+#define PM_STACK_SPAN ((uintptr_t)64 << 20)
+
+static _Atomic int unwind_mode = PM_UNWIND_DWARF;
+
+void pm_stacktrace_set_mode(int mode)
+{
+    pm_relaxed_store(&unwind_mode, mode == PM_UNWIND_FP ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+}
+
+int pm_stacktrace_get_mode(void)
+{
+    return pm_relaxed_load(&unwind_mode);
+}
+
+#if defined(__x86_64__) || defined(__aarch64__)
+
+/* Set by the dynamic loader (or by a static binary's _start) to the initial
+ * stack pointer of the main thread: no frame of that thread lies above it. */
+extern void *__libc_stack_end;
+
+/* The frames of the running stack lie in [sp, top).  Only an upper bound is
+ * needed that is both mapped and above every real frame:
+ *  - a glibc thread keeps its descriptor (pthread_self()) at the top of its
+ *    stack, above every frame, also for stacks from pthread_attr_setstack;
+ *  - the main thread's frames lie below __libc_stack_end, and the page that
+ *    holds it (argc) is mapped;
+ *  - anything else (makecontext or sigaltstack stacks): PM_STACK_SPAN. */
+static uintptr_t stack_top(uintptr_t sp)
+{
+    uintptr_t top = sp + PM_STACK_SPAN;
+    if (top < sp) top = UINTPTR_MAX & ~(uintptr_t)7;
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (self > sp && self < top) return self;
+    uintptr_t end = (uintptr_t)__libc_stack_end;
+    if (end > sp && end < top) {
+        uintptr_t page_end = (end | 4095) + 1;
+        return page_end < top ? page_end : top;
+    }
+    return top;
+}
+
+/* A readable, aligned word of the running stack? */
+static inline bool slot_ok(uintptr_t addr, uintptr_t lo, uintptr_t hi)
+{
+    return (addr & 7) == 0 && addr >= lo && addr < hi && hi - addr >= 8;
+}
+
+static inline uintptr_t load_slot(uintptr_t addr)
+{
+    return *(const uintptr_t *)addr;
+}
+
+/* Follows the frame-pointer chain from frame record fp: [fp] is the caller's
+ * frame pointer, [fp + 8] the return address.  Records must strictly rise. */
+static int walk_fp(uintptr_t fp, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip)
+{
+    int n = 0;
+    while (n < max) {
+        if (!slot_ok(fp, lo, hi) || !slot_ok(fp + 8, lo, hi)) break;
+        uintptr_t next = load_slot(fp);
+        uintptr_t ra = load_slot(fp + 8);
+        if (ra < 4096) break;
+        if (skip > 0)
+            skip--;
+        else
+            pcs[n++] = ra;
+        if (next <= fp) break;
+        fp = next;
+    }
+    return n;
+}
+
+#endif /* x86-64 || aarch64 */
+
+#if defined(__x86_64__)
+
+/* ---- DWARF constants (DWARF 4 section 7.23/7.24, LSB "eh_frame") ------- */
+#define PM_EH_ABSPTR 0x00
+#define PM_EH_ULEB128 0x01
+#define PM_EH_UDATA2 0x02
+#define PM_EH_UDATA4 0x03
+#define PM_EH_UDATA8 0x04
+#define PM_EH_SLEB128 0x09
+#define PM_EH_SDATA2 0x0a
+#define PM_EH_SDATA4 0x0b
+#define PM_EH_SDATA8 0x0c
+#define PM_EH_PCREL 0x10
+#define PM_EH_TEXTREL 0x20
+#define PM_EH_DATAREL 0x30
+#define PM_EH_FUNCREL 0x40
+#define PM_EH_ALIGNED 0x50
+#define PM_EH_INDIRECT 0x80
+#define PM_EH_OMIT 0xff
+
+#define PM_CFA_ADVANCE_LOC 0x40 /* high two bits */
+#define PM_CFA_OFFSET 0x80
+#define PM_CFA_RESTORE 0xc0
+#define PM_CFA_NOP 0x00
+#define PM_CFA_SET_LOC 0x01
+#define PM_CFA_ADVANCE_LOC1 0x02
+#define PM_CFA_ADVANCE_LOC2 0x03
+#define PM_CFA_ADVANCE_LOC4 0x04
+#define PM_CFA_OFFSET_EXTENDED 0x05
+#define PM_CFA_RESTORE_EXTENDED 0x06
+#define PM_CFA_UNDEFINED 0x07
+#define PM_CFA_SAME_VALUE 0x08
+#define PM_CFA_REGISTER 0x09
+#define PM_CFA_REMEMBER_STATE 0x0a
+#define PM_CFA_RESTORE_STATE 0x0b
+#define PM_CFA_DEF_CFA 0x0c
+#define PM_CFA_DEF_CFA_REGISTER 0x0d
+#define PM_CFA_DEF_CFA_OFFSET 0x0e
+#define PM_CFA_DEF_CFA_EXPRESSION 0x0f
+#define PM_CFA_EXPRESSION 0x10
+#define PM_CFA_OFFSET_EXTENDED_SF 0x11
+#define PM_CFA_DEF_CFA_SF 0x12
+#define PM_CFA_DEF_CFA_OFFSET_SF 0x13
+#define PM_CFA_VAL_OFFSET 0x14
+#define PM_CFA_VAL_OFFSET_SF 0x15
+#define PM_CFA_VAL_EXPRESSION 0x16
+#define PM_CFA_GNU_ARGS_SIZE 0x2e
+#define PM_CFA_GNU_NEGATIVE_OFFSET_EXTENDED 0x2f
+
+/* x86-64 DWARF register numbers. */
+#define PM_REG_RBP 6
+#define PM_REG_RSP 7
+#define PM_REG_RA 16
+
+#define PM_CFA_STATE_DEPTH 8 /* DW_CFA_remember_state nesting we accept */
+
+/* ---- byte reader --------------------------------------------------------
+ * The unwind tables belong to loaded objects and are trusted to be mapped,
+ * but every read stays inside the CIE/FDE that holds it. */
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+    bool ok;
+} reader_t;
+
+static uint64_t read_fixed(reader_t *r, unsigned size)
+{
+    if (!r->ok || (size_t)(r->end - r->p) < size) {
+        r->ok = false;
+        return 0;
+    }
+    uint64_t v = 0;
+    switch (size) {
+    case 1: v = r->p[0]; break;
+    case 2: { uint16_t t; __builtin_memcpy(&t, r->p, 2); v = t; break; }
+    case 4: { uint32_t t; __builtin_memcpy(&t, r->p, 4); v = t; break; }
+    default: __builtin_memcpy(&v, r->p, 8); break;
+    }
+    r->p += size;
+    return v;
+}
+
+static uint64_t read_uleb(reader_t *r)
+{
+    uint64_t v = 0;
+    unsigned shift = 0;
+    while (r->ok && r->p < r->end) {
+        uint8_t b = *r->p++;
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+        if (!(b & 0x80)) return v;
+    }
+    r->ok = false;
+    return 0;
+}
+
+static int64_t read_sleb(reader_t *r)
+{
+    uint64_t v = 0;
+    unsigned shift = 0;
+    while (r->ok && r->p < r->end) {
+        uint8_t b = *r->p++;
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+        if (!(b & 0x80)) {
+            if (shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
+            return (int64_t)v;
+        }
+    }
+    r->ok = false;
+    return 0;
+}
+
+/* Reads a pointer in DW_EH_PE encoding `enc`.  datarel is relative to
+ * `dbase` (the .eh_frame_hdr on x86-64).  Returns false when the encoding
+ * is omitted or unsupported (textrel, funcrel). */
+static bool read_encoded(reader_t *r, uint8_t enc, uintptr_t dbase, uintptr_t *out)
+{
+    if (enc == PM_EH_OMIT || !r->ok) return false;
+    if ((enc & 0x70) == PM_EH_ALIGNED) {
+        uintptr_t a = ((uintptr_t)r->p + 7) & ~(uintptr_t)7;
+        if (a > (uintptr_t)r->end) return r->ok = false;
+        r->p = (const uint8_t *)a;
+    }
+    uintptr_t field = (uintptr_t)r->p;
+    uint64_t v;
+    switch (enc & 0x0f) {
+    case PM_EH_ABSPTR: v = read_fixed(r, 8); break;
+    case PM_EH_ULEB128: v = read_uleb(r); break;
+    case PM_EH_UDATA2: v = read_fixed(r, 2); break;
+    case PM_EH_UDATA4: v = read_fixed(r, 4); break;
+    case PM_EH_UDATA8: v = read_fixed(r, 8); break;
+    case PM_EH_SLEB128: v = (uint64_t)read_sleb(r); break;
+    case PM_EH_SDATA2: v = (uint64_t)(int64_t)(int16_t)read_fixed(r, 2); break;
+    case PM_EH_SDATA4: v = (uint64_t)(int64_t)(int32_t)read_fixed(r, 4); break;
+    case PM_EH_SDATA8: v = read_fixed(r, 8); break;
+    default: return r->ok = false;
+    }
+    if (!r->ok) return false;
+    switch (enc & 0x70) {
+    case 0:
+    case PM_EH_ALIGNED: break;
+    case PM_EH_PCREL: v += field; break;
+    case PM_EH_DATAREL:
+        if (!dbase) return r->ok = false;
+        v += dbase;
+        break;
+    default: return r->ok = false; /* textrel, funcrel: not used on x86-64 */
+    }
+    if (enc & PM_EH_INDIRECT) {
+        if (!v || (v & 7)) return r->ok = false;
+        v = *(const uintptr_t *)(uintptr_t)v;
+    }
+    *out = (uintptr_t)v;
+    return true;
+}
+
+/* Opens one .eh_frame record (CIE or FDE) at p: sets r to its body (after
+ * the length) and returns its end, or NULL for the terminator / bad data. */
+static const uint8_t *open_record(const uint8_t *p, reader_t *r, bool *is64)
+{
+    r->p = p;
+    r->end = p + 12;
+    r->ok = true;
+    uint64_t len = read_fixed(r, 4);
+    *is64 = false;
+    if (len == 0xffffffffu) {
+        len = read_fixed(r, 8);
+        *is64 = true;
+    }
+    if (!r->ok || len == 0 || len > ((uint64_t)1 << 30)) return NULL;
+    const uint8_t *end = r->p + len;
+    r->end = end;
+    return end;
+}
+
+/* ---- CIE / FDE ----------------------------------------------------------- */
+typedef struct {
+    const uint8_t *insns, *insns_end; /* initial instructions */
+    uint64_t code_align;
+    int64_t data_align;
+    uint64_t ra_reg;
+    uint8_t fde_enc;
+    bool has_z;
+    bool signal; /* 'S': the frame is a signal trampoline */
+} cie_t;
+
+typedef struct {
+    cie_t cie;
+    uintptr_t pc_begin, pc_end;
+    const uint8_t *insns, *insns_end;
+} fde_t;
+
+static bool parse_cie(const uint8_t *p, cie_t *cie)
+{
+    reader_t r;
+    bool is64;
+    if (!open_record(p, &r, &is64)) return false;
+    if (read_fixed(&r, is64 ? 8 : 4) != 0) return false; /* CIE id */
+    uint64_t version = read_fixed(&r, 1);
+    if (version != 1 && version != 3 && version != 4) return false;
+    const uint8_t *aug = r.p;
+    while (r.p < r.end && *r.p) r.p++;
+    if (r.p >= r.end) return false;
+    r.p++; /* NUL */
+    if (aug[0] == 'e' && aug[1] == 'h') return false; /* pre-2.95 GCC */
+    if (version == 4) {
+        if (read_fixed(&r, 1) != 8 || read_fixed(&r, 1) != 0) return false;
+    }
+    cie->code_align = read_uleb(&r);
+    cie->data_align = read_sleb(&r);
+    cie->ra_reg = version == 1 ? read_fixed(&r, 1) : read_uleb(&r);
+    cie->fde_enc = PM_EH_ABSPTR;
+    cie->has_z = aug[0] == 'z';
+    cie->signal = false;
+    if (cie->has_z) {
+        uint64_t aug_len = read_uleb(&r);
+        if (!r.ok || aug_len > (uint64_t)(r.end - r.p)) return false;
+        const uint8_t *aug_end = r.p + aug_len;
+        reader_t a = {r.p, aug_end, true};
+        for (const uint8_t *s = aug + 1; *s; s++) {
+            uintptr_t ignored;
+            switch (*s) {
+            case 'R': cie->fde_enc = (uint8_t)read_fixed(&a, 1); break;
+            case 'L': read_fixed(&a, 1); break;
+            case 'P': {
+                /* Skip the personality pointer: decode it without applying
+                 * its base or indirection (nothing here is dereferenced). */
+                uint8_t enc = (uint8_t)read_fixed(&a, 1);
+                uint8_t raw = (enc & 0x70) == PM_EH_ALIGNED ? PM_EH_ALIGNED : (enc & 0x0f);
+                read_encoded(&a, raw, 0, &ignored);
+                break;
+            }
+            case 'S': cie->signal = true; break;
+            case 'B': /* AArch64 BTI, no data */
+            case 'G': break; /* AArch64 MTE, no data */
+            default: return false; /* unknown: cannot tell where 'R' is */
+            }
+            if (!a.ok) return false;
+        }
+        r.p = aug_end;
+    } else if (aug[0]) {
+        return false;
+    }
+    if (!r.ok || cie->code_align == 0) return false;
+    cie->insns = r.p;
+    cie->insns_end = r.end;
+    return true;
+}
+
+/* Parses the FDE at p (already known not to be a CIE only if p is right). */
+static bool parse_fde(const uint8_t *p, uintptr_t dbase, fde_t *f)
+{
+    reader_t r;
+    bool is64;
+    if (!open_record(p, &r, &is64)) return false;
+    const uint8_t *id_field = r.p;
+    uint64_t cie_off = read_fixed(&r, is64 ? 8 : 4);
+    if (!r.ok || cie_off == 0 || cie_off > (uintptr_t)id_field) return false;
+    if (!parse_cie(id_field - cie_off, &f->cie)) return false;
+    uintptr_t begin, range;
+    if (!read_encoded(&r, f->cie.fde_enc, dbase, &begin)) return false;
+    if (!read_encoded(&r, f->cie.fde_enc & 0x0f, 0, &range)) return false;
+    if (f->cie.has_z) {
+        uint64_t aug_len = read_uleb(&r);
+        if (!r.ok || aug_len > (uint64_t)(r.end - r.p)) return false;
+        r.p += aug_len;
+    }
+    f->pc_begin = begin;
+    f->pc_end = begin + range;
+    f->insns = r.p;
+    f->insns_end = r.end;
+    return true;
+}
+
+/* Field i of a .eh_frame_hdr search table (datarel, 4 or 8 bytes wide). */
+static inline uintptr_t table_field(const uint8_t *table, uintptr_t i, unsigned width, bool sign,
+                                    uintptr_t dbase)
+{
+    if (width == 4) {
+        uint32_t v;
+        __builtin_memcpy(&v, table + i * 4, 4);
+        return dbase + (sign ? (uintptr_t)(intptr_t)(int32_t)v : (uintptr_t)v);
+    }
+    uint64_t v;
+    __builtin_memcpy(&v, table + i * 8, 8);
+    return dbase + (uintptr_t)v;
+}
+
+/* Finds the FDE covering pc through its object's .eh_frame_hdr, whose
+ * address is also the base of datarel pointers (*dbase_out). */
+static bool find_fde(uintptr_t pc, fde_t *f, uintptr_t *dbase_out)
+{
+    struct dl_find_object obj;
+    if (_dl_find_object((void *)pc, &obj) != 0 || !obj.dlfo_eh_frame) return false;
+    const uint8_t *hdr = obj.dlfo_eh_frame;
+    uintptr_t dbase = (uintptr_t)hdr;
+    *dbase_out = dbase;
+    if (hdr[0] != 1) return false;
+    uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
+    reader_t r = {hdr + 4, hdr + 4 + 16 + 16, true};
+    uintptr_t eh_frame, count = 0;
+    if (!read_encoded(&r, frame_enc, dbase, &eh_frame)) return false;
+    bool have_table = count_enc != PM_EH_OMIT && table_enc != PM_EH_OMIT &&
+                      read_encoded(&r, count_enc, dbase, &count);
+    unsigned width = 0;
+    bool sign = (table_enc & 0x08) != 0;
+    if (have_table && (table_enc & 0x70) == PM_EH_DATAREL && !(table_enc & PM_EH_INDIRECT)) {
+        switch (table_enc & 0x0f) {
+        case PM_EH_UDATA4:
+        case PM_EH_SDATA4: width = 4; break;
+        case PM_EH_UDATA8:
+        case PM_EH_SDATA8: width = 8; break;
+        default: break;
+        }
+    }
+    if (width) {
+        /* Sorted (initial location, FDE address) pairs: find the last entry
+         * whose initial location is <= pc. */
+        const uint8_t *table = r.p;
+        if (count == 0 || table_field(table, 0, width, sign, dbase) > pc) return false;
+        uintptr_t lo = 0, hi = count;
+        while (hi - lo > 1) {
+            uintptr_t mid = lo + (hi - lo) / 2;
+            if (table_field(table, 2 * mid, width, sign, dbase) <= pc)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        uintptr_t fde = table_field(table, 2 * lo + 1, width, sign, dbase);
+        if (!parse_fde((const uint8_t *)fde, dbase, f)) return false;
+        return pc >= f->pc_begin && pc < f->pc_end;
+    }
+    /* No usable search table (rare: the linker could not sort it): scan
+     * .eh_frame up to its zero terminator. */
+    const uint8_t *p = (const uint8_t *)eh_frame;
+    for (;;) {
+        reader_t rec;
+        bool is64;
+        const uint8_t *end = open_record(p, &rec, &is64);
+        if (!end) return false;
+        uint64_t id = read_fixed(&rec, is64 ? 8 : 4);
+        if (rec.ok && id != 0 && parse_fde(p, dbase, f) && pc >= f->pc_begin && pc < f->pc_end)
+            return true;
+        p = end;
+    }
+}
+
+/* ---- CFA program ---------------------------------------------------------
+ * Only the rules needed to step one frame are tracked: the CFA, the return
+ * address column and %rbp (the only register besides %rsp that GCC and
+ * glibc use to define a CFA).  The caller's %rsp is the CFA by definition. */
+enum { RULE_SAME, RULE_UNDEF, RULE_OFFSET, RULE_VAL_OFFSET, RULE_REG, RULE_BAD };
+
+typedef struct {
+    uint8_t kind;
+    uint8_t reg; /* RULE_REG: the register holding the value */
+    int64_t off; /* RULE_OFFSET / RULE_VAL_OFFSET: relative to the CFA */
+} rule_t;
+
+typedef struct {
+    uint64_t cfa_reg;
+    int64_t cfa_off;
+    bool cfa_bad; /* an expression: not evaluated, the walk stops */
+    rule_t rbp, ra;
+} cfa_state_t;
+
+static rule_t *rule_of(cfa_state_t *s, const cie_t *cie, uint64_t reg)
+{
+    if (reg == cie->ra_reg) return &s->ra;
+    if (reg == PM_REG_RBP) return &s->rbp;
+    return NULL; /* a register the walk does not need */
+}
+
+static void set_rule(cfa_state_t *s, const cie_t *cie, uint64_t reg, uint8_t kind, int64_t off)
+{
+    rule_t *rule = rule_of(s, cie, reg);
+    if (!rule) return;
+    rule->kind = kind;
+    rule->off = off;
+    rule->reg = 0;
+}
+
+/* Runs CFA instructions [p, end) starting at location loc, stopping before
+ * the first row that starts above target.  init is the state after the
+ * CIE's initial instructions (NULL while running those). */
+static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie_t *cie, uintptr_t loc,
+                    uintptr_t target, uintptr_t dbase, cfa_state_t *s, const cfa_state_t *init)
+{
+    cfa_state_t saved[PM_CFA_STATE_DEPTH];
+    int depth = 0;
+    reader_t r = {p, end, true};
+    while (r.ok && r.p < r.end) {
+        uint8_t op = *r.p++;
+        uint64_t reg, delta;
+        int64_t off;
+        switch (op & 0xc0) {
+        case PM_CFA_ADVANCE_LOC:
+            loc += (uintptr_t)(op & 0x3f) * cie->code_align;
+            if (loc > target) return true;
+            continue;
+        case PM_CFA_OFFSET:
+            off = (int64_t)read_uleb(&r) * cie->data_align;
+            set_rule(s, cie, op & 0x3f, RULE_OFFSET, off);
+            continue;
+        case PM_CFA_RESTORE: {
+            rule_t *rule = rule_of(s, cie, op & 0x3f);
+            const rule_t *orig = init ? rule_of((cfa_state_t *)init, cie, op & 0x3f) : NULL;
+            if (rule) *rule = orig ? *orig : (rule_t){RULE_SAME, 0, 0};
+            continue;
+        }
+        default: break;
+        }
+        switch (op) {
+        case PM_CFA_NOP: break;
+        case PM_CFA_SET_LOC: {
+            uintptr_t to;
+            if (!read_encoded(&r, cie->fde_enc, dbase, &to)) return false;
+            loc = to;
+            if (loc > target) return true;
+            break;
+        }
+        case PM_CFA_ADVANCE_LOC1:
+        case PM_CFA_ADVANCE_LOC2:
+        case PM_CFA_ADVANCE_LOC4:
+            delta = read_fixed(&r, op == PM_CFA_ADVANCE_LOC1 ? 1 : op == PM_CFA_ADVANCE_LOC2 ? 2 : 4);
+            loc += (uintptr_t)delta * cie->code_align;
+            if (r.ok && loc > target) return true;
+            break;
+        case PM_CFA_OFFSET_EXTENDED:
+            reg = read_uleb(&r);
+            off = (int64_t)read_uleb(&r) * cie->data_align;
+            set_rule(s, cie, reg, RULE_OFFSET, off);
+            break;
+        case PM_CFA_OFFSET_EXTENDED_SF:
+            reg = read_uleb(&r);
+            off = read_sleb(&r) * cie->data_align;
+            set_rule(s, cie, reg, RULE_OFFSET, off);
+            break;
+        case PM_CFA_GNU_NEGATIVE_OFFSET_EXTENDED:
+            reg = read_uleb(&r);
+            off = -(int64_t)read_uleb(&r) * cie->data_align;
+            set_rule(s, cie, reg, RULE_OFFSET, off);
+            break;
+        case PM_CFA_VAL_OFFSET:
+            reg = read_uleb(&r);
+            off = (int64_t)read_uleb(&r) * cie->data_align;
+            set_rule(s, cie, reg, RULE_VAL_OFFSET, off);
+            break;
+        case PM_CFA_VAL_OFFSET_SF:
+            reg = read_uleb(&r);
+            off = read_sleb(&r) * cie->data_align;
+            set_rule(s, cie, reg, RULE_VAL_OFFSET, off);
+            break;
+        case PM_CFA_RESTORE_EXTENDED: {
+            reg = read_uleb(&r);
+            rule_t *rule = rule_of(s, cie, reg);
+            const rule_t *orig = init ? rule_of((cfa_state_t *)init, cie, reg) : NULL;
+            if (rule) *rule = orig ? *orig : (rule_t){RULE_SAME, 0, 0};
+            break;
+        }
+        case PM_CFA_UNDEFINED:
+            set_rule(s, cie, read_uleb(&r), RULE_UNDEF, 0);
+            break;
+        case PM_CFA_SAME_VALUE:
+            set_rule(s, cie, read_uleb(&r), RULE_SAME, 0);
+            break;
+        case PM_CFA_REGISTER: {
+            reg = read_uleb(&r);
+            uint64_t from = read_uleb(&r);
+            rule_t *rule = rule_of(s, cie, reg);
+            if (rule) {
+                bool known = from == PM_REG_RBP || from == PM_REG_RSP;
+                *rule = (rule_t){known ? RULE_REG : RULE_BAD, (uint8_t)from, 0};
+            }
+            break;
+        }
+        case PM_CFA_REMEMBER_STATE:
+            if (depth == PM_CFA_STATE_DEPTH) return false;
+            saved[depth++] = *s;
+            break;
+        case PM_CFA_RESTORE_STATE:
+            if (depth == 0) return false;
+            *s = saved[--depth];
+            break;
+        case PM_CFA_DEF_CFA:
+            s->cfa_reg = read_uleb(&r);
+            s->cfa_off = (int64_t)read_uleb(&r);
+            s->cfa_bad = false;
+            break;
+        case PM_CFA_DEF_CFA_SF:
+            s->cfa_reg = read_uleb(&r);
+            s->cfa_off = read_sleb(&r) * cie->data_align;
+            s->cfa_bad = false;
+            break;
+        case PM_CFA_DEF_CFA_REGISTER:
+            s->cfa_reg = read_uleb(&r);
+            s->cfa_bad = false;
+            break;
+        case PM_CFA_DEF_CFA_OFFSET:
+            s->cfa_off = (int64_t)read_uleb(&r);
+            break;
+        case PM_CFA_DEF_CFA_OFFSET_SF:
+            s->cfa_off = read_sleb(&r) * cie->data_align;
+            break;
+        case PM_CFA_DEF_CFA_EXPRESSION:
+            delta = read_uleb(&r);
+            if (!r.ok || delta > (uint64_t)(r.end - r.p)) return false;
+            r.p += delta;
+            s->cfa_bad = true;
+            break;
+        case PM_CFA_EXPRESSION:
+        case PM_CFA_VAL_EXPRESSION:
+            reg = read_uleb(&r);
+            delta = read_uleb(&r);
+            if (!r.ok || delta > (uint64_t)(r.end - r.p)) return false;
+            r.p += delta;
+            set_rule(s, cie, reg, RULE_BAD, 0);
+            break;
+        case PM_CFA_GNU_ARGS_SIZE:
+            read_uleb(&r);
+            break;
+        default:
+            return false; /* unknown opcode: its operands cannot be skipped */
+        }
+    }
+    return r.ok;
+}
+
+/* Register state of one frame: the PC, its stack pointer and %rbp. */
+typedef struct {
+    uintptr_t pc, sp, bp;
+} frame_t;
+
+enum { STEP_OK, STEP_END, STEP_FAIL };
+
+static bool eval_rule(const rule_t *rule, const frame_t *fr, uintptr_t cfa, uintptr_t lo,
+                      uintptr_t hi, uintptr_t *out)
+{
+    switch (rule->kind) {
+    case RULE_OFFSET: {
+        uintptr_t addr = cfa + (uintptr_t)rule->off;
+        if (!slot_ok(addr, lo, hi)) return false;
+        *out = load_slot(addr);
+        return true;
+    }
+    case RULE_VAL_OFFSET: *out = cfa + (uintptr_t)rule->off; return true;
+    case RULE_REG: *out = rule->reg == PM_REG_RBP ? fr->bp : fr->sp; return true;
+    default: return false;
+    }
+}
+
+/* Replaces fr by its caller's registers.  fr->pc is a return address, so
+ * the row for the call instruction (pc - 1) is the one in effect. */
+static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t pc = fr->pc - 1;
+    fde_t f;
+    uintptr_t dbase;
+    if (!find_fde(pc, &f, &dbase) || f.cie.signal) return STEP_FAIL;
+    cfa_state_t init = {PM_REG_RSP, 8, false, {RULE_SAME, 0, 0}, {RULE_UNDEF, 0, 0}};
+    if (!run_cfa(f.cie.insns, f.cie.insns_end, &f.cie, f.pc_begin, UINTPTR_MAX, dbase, &init, NULL))
+        return STEP_FAIL;
+    cfa_state_t s = init;
+    if (!run_cfa(f.insns, f.insns_end, &f.cie, f.pc_begin, pc, dbase, &s, &init)) return STEP_FAIL;
+    if (s.ra.kind == RULE_UNDEF) return STEP_END; /* outermost frame */
+    if (s.cfa_bad) return STEP_FAIL;
+    uintptr_t base;
+    if (s.cfa_reg == PM_REG_RSP)
+        base = fr->sp;
+    else if (s.cfa_reg == PM_REG_RBP)
+        base = fr->bp;
+    else
+        return STEP_FAIL;
+    uintptr_t cfa = base + (uintptr_t)s.cfa_off;
+    if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return STEP_FAIL;
+    uintptr_t ra, bp = 0;
+    if (!eval_rule(&s.ra, fr, cfa, lo, hi, &ra)) return STEP_FAIL;
+    if (s.rbp.kind == RULE_SAME)
+        bp = fr->bp;
+    else if (s.rbp.kind != RULE_UNDEF && !eval_rule(&s.rbp, fr, cfa, lo, hi, &bp))
+        bp = 0; /* unknown: any later CFA based on it fails the checks */
+    if (ra < 4096) return STEP_END; /* 0 also marks the outermost frame */
+    fr->pc = ra;
+    fr->sp = cfa;
+    fr->bp = bp;
+    return STEP_OK;
+}
+
+static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip)
+{
+    int n = 0;
+    for (;;) {
+        if (skip > 0)
+            skip--;
+        else
+            pcs[n++] = fr.pc;
+        if (n == max || step_dwarf(&fr, lo, hi) != STEP_OK) break;
+    }
+    return n;
+}
+
+#endif /* __x86_64__ */
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define PM_CAPTURE_ATTR __attribute__((noipa)) /* no inlining, cloning or splitting */
+#else
+#define PM_CAPTURE_ATTR PM_NOINLINE
+#endif
+
+PM_CAPTURE_ATTR int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip)
+{
+#if defined(__x86_64__) || defined(__aarch64__)
+    if (max <= 0) return 0;
+    if (skip < 0) skip = 0;
+    /* __builtin_frame_address(0) makes GCC and Clang give this function a
+     * frame record, which is where both walks start: [fp] holds the
+     * caller's frame pointer and [fp + 8] the return address into it. */
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t hi = stack_top(fp);
+    if (!slot_ok(fp, fp, hi) || !slot_ok(fp + 8, fp, hi)) return 0;
+#if defined(__x86_64__)
+    if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) {
+        frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
+        return walk_dwarf(fr, fp, hi, pcs, max, skip);
+    }
+#endif
+    return walk_fp(fp, fp, hi, pcs, max, skip);
+#else
+    (void)pcs;
+    (void)max;
+    (void)skip;
+    return 0;
+#endif
+}

@@ -1,0 +1,179 @@
+/* stats.c — the allocator's exact totals, merged from every layer, and
+ * the glibc reporting calls built on them (mallinfo2, malloc_stats,
+ * malloc_info) plus malloc_trim and mallopt.
+ * Must never hold two locks at once: each layer is read under its own lock
+ * in turn, so totals are a near-consistent snapshot, exact when quiet.
+ * Output is formatted into a stack buffer and written with write(2); only
+ * malloc_info, whose contract is a FILE *, hands text to stdio (fputs),
+ * with no allocator lock held. */
+#include "pm_internal.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+
+void pm_stats_collect(profmalloc_stats_t *out)
+{
+    *out = (profmalloc_stats_t){0};
+    pm_init();
+    pm_pageheap_stats_t ph;
+    pm_pageheap_stats(&ph);
+    uint64_t small_out = 0, central_free = 0, span_bytes = 0, contention = ph.contention;
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_central_t *c = &pm_central[cls];
+        uint64_t size = pm_class_size[cls];
+        pm_lock(&c->lock);
+        small_out += c->out * size;
+        central_free += ((uint64_t)c->nslots * pm_class_batch[cls] + c->span_free) * size;
+        span_bytes += c->spans * ((uint64_t)pm_class_pages[cls] << PM_PAGE_SHIFT);
+        pm_unlock(&c->lock);
+        contention += pm_relaxed_load(&c->lock.contended);
+    }
+    uint64_t threads = 0, tcache = pm_tcache_bytes(&threads);
+    uint64_t large, large_req, large_n;
+    pm_alloc_large_stats(&large, &large_req, &large_n);
+    out->thread_cache = tcache;
+    out->central_cache = central_free;
+    out->in_use = small_out - (tcache < small_out ? tcache : small_out) + large;
+    out->requested = out->in_use - large + large_req;
+    out->fragmentation = span_bytes - small_out - central_free;
+    out->pageheap_free = ph.free;
+    out->released = ph.released;
+    out->metadata = pm_meta_bytes() + pm_pagemap_bytes();
+    out->mapped = ph.mapped + out->metadata;
+    out->resident_estimate = out->mapped - out->released;
+    out->threads = threads;
+    out->lock_contention = contention;
+    out->sample_rate = pm_sampler_rate();
+    out->samples_live = pm_heapprof_live_samples();
+}
+
+PM_EXPORT int profmalloc_get_stats(profmalloc_stats_t *out)
+{
+    pm_stats_collect(out);
+    return 0;
+}
+
+PM_EXPORT void profmalloc_release_free_memory(void) { pm_malloc_trim(0); }
+
+int pm_malloc_trim(size_t pad)
+{
+    (void)pad;
+    pm_init();
+    /* the calling thread's cache first, so its blocks can free spans */
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
+    profmalloc_stats_t before;
+    pm_stats_collect(&before);
+    pm_pageheap_release_all();
+    return before.pageheap_free != 0;
+}
+
+int pm_mallopt(int param, int value)
+{
+    (void)value;
+    switch (param) {
+    case M_MXFAST: case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD:
+    case M_MMAP_MAX: case M_CHECK_ACTION: case M_PERTURB: case M_ARENA_TEST:
+    case M_ARENA_MAX:
+        return 1; /* accepted; profmalloc's own policies do not need them */
+    default:
+        return 0;
+    }
+}
+
+struct mallinfo2 pm_mallinfo2(void)
+{
+    profmalloc_stats_t s;
+    pm_stats_collect(&s);
+    uint64_t large, large_req, large_n;
+    pm_alloc_large_stats(&large, &large_req, &large_n);
+    uint64_t free_bytes = s.thread_cache + s.central_cache + s.pageheap_free;
+    return (struct mallinfo2){
+        .arena = s.mapped - s.metadata,
+        .ordblks = 1,
+        .hblks = large_n,
+        .hblkhd = large,
+        .uordblks = s.in_use,
+        .fordblks = free_bytes,
+        .fsmblks = s.thread_cache + s.central_cache,
+        .keepcost = s.pageheap_free,
+    };
+}
+
+static void line(pm_buf_t *b, const char *label, uint64_t v)
+{
+    pm_buf_str(b, label);
+    pm_buf_u64(b, v);
+    pm_buf_str(b, "\n");
+}
+
+void pm_malloc_stats(void)
+{
+    profmalloc_stats_t s;
+    pm_stats_collect(&s);
+    char text[1536];
+    pm_buf_t b;
+    pm_buf_init(&b, text, sizeof text, 2);
+    /* glibc's layout first, so scripts that read it keep working */
+    pm_buf_str(&b, "Arena 0:\n");
+    line(&b, "system bytes     = ", s.mapped);
+    line(&b, "in use bytes     = ", s.in_use);
+    pm_buf_str(&b, "Total (incl. mmap):\n");
+    line(&b, "system bytes     = ", s.mapped);
+    line(&b, "in use bytes     = ", s.in_use);
+    line(&b, "max mmap regions = ", 0);
+    line(&b, "max mmap bytes   = ", 0);
+    pm_buf_str(&b, "profmalloc:\n");
+    line(&b, "  in use           = ", s.in_use);
+    line(&b, "  thread caches    = ", s.thread_cache);
+    line(&b, "  central lists    = ", s.central_cache);
+    line(&b, "  span tails       = ", s.fragmentation);
+    line(&b, "  page heap free   = ", s.pageheap_free);
+    line(&b, "  returned to OS   = ", s.released);
+    line(&b, "  metadata         = ", s.metadata);
+    line(&b, "  threads          = ", s.threads);
+    line(&b, "  lock contention  = ", s.lock_contention);
+    line(&b, "  sample rate      = ", s.sample_rate);
+    line(&b, "  live samples     = ", s.samples_live);
+    pm_buf_flush(&b);
+}
+
+static void xml_total(pm_buf_t *b, const char *type, uint64_t count, uint64_t size)
+{
+    pm_buf_str(b, "<total type=\"");
+    pm_buf_str(b, type);
+    pm_buf_str(b, "\" count=\"");
+    pm_buf_u64(b, count);
+    pm_buf_str(b, "\" size=\"");
+    pm_buf_u64(b, size);
+    pm_buf_str(b, "\"/>\n");
+}
+
+int pm_malloc_info(int options, FILE *fp)
+{
+    if (options != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    profmalloc_stats_t s;
+    pm_stats_collect(&s);
+    char text[1024];
+    pm_buf_t b;
+    pm_buf_init(&b, text, sizeof text - 1, -1);
+    pm_buf_str(&b, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n</sizes>\n");
+    xml_total(&b, "fast", 0, s.thread_cache + s.central_cache);
+    xml_total(&b, "rest", 1, s.pageheap_free);
+    pm_buf_str(&b, "<system type=\"current\" size=\"");
+    pm_buf_u64(&b, s.mapped);
+    pm_buf_str(&b, "\"/>\n<aspace type=\"total\" size=\"");
+    pm_buf_u64(&b, s.mapped);
+    pm_buf_str(&b, "\"/>\n</heap>\n");
+    xml_total(&b, "released", 0, s.released);
+    xml_total(&b, "inuse", 0, s.in_use);
+    pm_buf_str(&b, "<system type=\"current\" size=\"");
+    pm_buf_u64(&b, s.mapped);
+    pm_buf_str(&b, "\"/>\n</malloc>\n");
+    text[b.len] = 0;
+    return fputs(text, fp) < 0 ? -1 : 0;
+}

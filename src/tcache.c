@@ -1,0 +1,248 @@
+/* tcache.c — per-thread caches: one free list per size class, in
+ * initial-exec TLS, created lazily by the first slow path of a thread.
+ * Lists adapt (slow start on underflow, shrink after repeated overflow,
+ * like tcmalloc) within a byte budget per thread; the budgets come from
+ * one global pool (PROFMALLOC_TCACHE_BYTES) and a thread that needs more
+ * takes from the pool or lowers another thread's budget, which that
+ * thread honours at its next slow path.  At thread exit (a pthread key
+ * destructor) the cache is flushed and the thread turns DEAD: later
+ * mallocs and frees from that thread go straight to the central lists.
+ * Lock: reg_lock guards the registry of live caches and stealing; the
+ * lists themselves belong to their thread and need no lock. */
+#include "pm_internal.h"
+
+#include <pthread.h>
+
+PM_TLS pm_tcache_t pm_tls;
+
+#define MIN_BUDGET ((size_t)64 * 1024)
+#define START_BUDGET ((size_t)512 * 1024)
+#define STEP ((size_t)64 * 1024)
+#define MAX_LIST_LEN 8192
+#define MAX_OVERFLOWS 3
+
+static pm_lock_t reg_lock = PM_LOCK_INIT;
+static pm_tcache_t *threads;           /* registry, under reg_lock */
+static pm_tcache_t *steal_cursor;      /* next victim, under reg_lock */
+static uint64_t nthreads;
+static _Atomic int64_t unclaimed;      /* global budget not given to a thread */
+static pthread_key_t exit_key;
+
+void pm_tcache_init(void)
+{
+    atomic_store(&unclaimed, (int64_t)pm_options.tcache_bytes);
+    pthread_key_create(&exit_key, pm_tcache_thread_exit);
+}
+
+static size_t claim(size_t want)
+{
+    int64_t have = atomic_load_explicit(&unclaimed, memory_order_relaxed);
+    while (have > 0) {
+        int64_t take = have < (int64_t)want ? have : (int64_t)want;
+        if (atomic_compare_exchange_weak(&unclaimed, &have, have - take)) return (size_t)take;
+    }
+    return 0;
+}
+
+void pm_tcache_thread_start(pm_tcache_t *t)
+{
+    size_t budget = claim(START_BUDGET);
+    if (budget < MIN_BUDGET) {
+        /* overcommit the floor rather than run without a cache */
+        atomic_fetch_sub(&unclaimed, (int64_t)(MIN_BUDGET - budget));
+        budget = MIN_BUDGET;
+    }
+    atomic_store(&t->budget, budget);
+    t->capacity = 0;
+    t->sample_rate = pm_options.sample_rate;
+    t->rng = pm_sampler_seed();
+    t->countdown = pm_sampler_next(&t->rng, t->sample_rate);
+    t->state = PM_THREAD_ACTIVE;
+    pm_lock(&reg_lock);
+    t->prev = NULL;
+    t->next = threads;
+    if (threads) threads->prev = t;
+    threads = t;
+    nthreads++;
+    pm_unlock(&reg_lock);
+    pthread_setspecific(exit_key, t);
+}
+
+/* Cuts the first n objects off list l and returns them as a chain. */
+static void *cut(pm_tlist_t *l, uint32_t n)
+{
+    void *chain = l->head, **tail = &l->head, *p = l->head;
+    for (uint32_t i = 0; i < n; i++) {
+        tail = (void **)p;
+        p = *tail;
+    }
+    l->head = p;
+    *tail = NULL;
+    l->len -= n;
+    return chain;
+}
+
+static void release(pm_tlist_t *l, unsigned cls, uint32_t n)
+{
+    uint32_t batch = pm_class_batch[cls];
+    while (n) {
+        uint32_t k = n < batch ? n : batch;
+        pm_central_put(cls, cut(l, k), k);
+        n -= k;
+    }
+}
+
+/* Lowers list lengths until capacity fits the (possibly lowered) budget. */
+static void shrink(pm_tcache_t *t)
+{
+    size_t budget = atomic_load(&t->budget);
+    while (t->capacity > budget) {
+        size_t before = t->capacity;
+        for (unsigned cls = 1; cls < pm_class_count; cls++) {
+            pm_tlist_t *l = &t->list[cls];
+            if (!l->max_len) continue;
+            uint32_t keep = l->max_len / 2;
+            t->capacity -= (size_t)(l->max_len - keep) * pm_class_size[cls];
+            l->max_len = keep;
+            if (l->len > keep) release(l, cls, l->len - keep);
+        }
+        PM_CHECK(t->capacity < before, "thread cache capacity out of step");
+    }
+}
+
+/* Finds `bytes` more budget: from the pool, else from another thread. */
+static int grow_budget(pm_tcache_t *t, size_t bytes)
+{
+    size_t want = bytes > STEP ? bytes : STEP;
+    size_t got = claim(want);
+    if (got >= bytes) {
+        atomic_fetch_add(&t->budget, got);
+        return 1;
+    }
+    if (got) atomic_fetch_add(&unclaimed, (int64_t)got);
+    int ok = 0;
+    pm_lock(&reg_lock);
+    for (uint64_t tries = 0; tries < nthreads && !ok; tries++) {
+        pm_tcache_t *v = steal_cursor ? steal_cursor : threads;
+        steal_cursor = v ? v->next : NULL;
+        if (!v || v == t) continue;
+        size_t vb = atomic_load(&v->budget);
+        if (vb >= MIN_BUDGET + want) {
+            atomic_fetch_sub(&v->budget, want);
+            atomic_fetch_add(&t->budget, want);
+            ok = 1;
+        }
+    }
+    pm_unlock(&reg_lock);
+    return ok;
+}
+
+static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
+{
+    pm_tlist_t *l = &t->list[cls];
+    if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
+    size_t bytes = (size_t)by * pm_class_size[cls];
+    if (!by) return;
+    if (t->capacity + bytes > atomic_load(&t->budget) && !grow_budget(t, bytes)) return;
+    l->max_len += by;
+    t->capacity += bytes;
+}
+
+void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
+{
+    pm_tlist_t *l = &t->list[cls];
+    uint32_t batch = pm_class_batch[cls];
+    if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
+    uint32_t n = l->max_len < batch ? l->max_len : batch;
+    if (n == 0) n = 1;
+    uint32_t got;
+    void *chain = pm_central_get(cls, n, &got);
+    if (!chain) return NULL;
+    l->head = *(void **)chain;
+    l->len = got - 1;
+    /* slow start: +1 up to a batch, then a batch more per underflow */
+    grow_list(t, cls, l->max_len < batch ? 1 : batch);
+    return chain;
+}
+
+void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
+{
+    pm_tlist_t *l = &t->list[cls];
+    uint32_t batch = pm_class_batch[cls];
+    if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
+    if (l->max_len < batch) {
+        grow_list(t, cls, 1);
+        if (l->len <= l->max_len) return;
+    }
+    release(l, cls, l->len < batch ? l->len : batch);
+    if (l->max_len > batch && ++t->overflows[cls] > MAX_OVERFLOWS) {
+        l->max_len -= batch;
+        t->capacity -= (size_t)batch * pm_class_size[cls];
+        t->overflows[cls] = 0;
+    }
+}
+
+void pm_tcache_flush_all(pm_tcache_t *t)
+{
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_tlist_t *l = &t->list[cls];
+        if (l->len) release(l, cls, l->len);
+        l->max_len = 0;
+    }
+    t->capacity = 0;
+}
+
+void pm_tcache_thread_exit(void *arg)
+{
+    pm_tcache_t *t = arg;
+    if (t != &pm_tls || t->state != PM_THREAD_ACTIVE) return;
+    pm_tcache_flush_all(t);
+    pm_lock(&reg_lock);
+    if (t->prev) t->prev->next = t->next;
+    else threads = t->next;
+    if (t->next) t->next->prev = t->prev;
+    if (steal_cursor == t) steal_cursor = t->next;
+    nthreads--;
+    pm_unlock(&reg_lock);
+    atomic_fetch_add(&unclaimed, (int64_t)atomic_load(&t->budget));
+    atomic_store(&t->budget, 0);
+    t->state = PM_THREAD_DEAD;
+}
+
+uint64_t pm_tcache_bytes(uint64_t *nthreads_out)
+{
+    uint64_t bytes = 0;
+    pm_lock(&reg_lock);
+    for (pm_tcache_t *t = threads; t; t = t->next)
+        for (unsigned cls = 1; cls < pm_class_count; cls++)
+            bytes += (uint64_t)((volatile pm_tlist_t *)&t->list[cls])->len * pm_class_size[cls];
+    if (nthreads_out) *nthreads_out = nthreads;
+    pm_unlock(&reg_lock);
+    return bytes;
+}
+
+void pm_tcache_lock_all(void) { pm_lock(&reg_lock); }
+
+void pm_tcache_unlock_all(int child)
+{
+    if (!child) {
+        pm_unlock(&reg_lock);
+        return;
+    }
+    /* Only the forking thread lives on in the child: forget the others'
+     * caches (their blocks stay allocated; the child cannot know which of
+     * them the vanished threads still referenced). */
+    pm_lock_reset(&reg_lock);
+    pm_tcache_t *self = &pm_tls;
+    threads = NULL;
+    steal_cursor = NULL;
+    nthreads = 0;
+    int64_t budget = (int64_t)pm_options.tcache_bytes;
+    if (self->state == PM_THREAD_ACTIVE) {
+        self->next = self->prev = NULL;
+        threads = self;
+        nthreads = 1;
+        budget -= (int64_t)atomic_load(&self->budget);
+    }
+    atomic_store(&unclaimed, budget);
+}
