@@ -94,16 +94,20 @@ check: $(CHECK_TARGETS)
 
 bench: $(BENCH_TARGETS)
 
-demo: $(PM_SO) $(BUILD)/demo
-	@rm -f $(BUILD)/demo-heap.*.heap
-	PROFMALLOC_SAMPLE_RATE=64k PROFMALLOC_DUMP=$(BUILD)/demo-heap.%p.heap \
-		LD_PRELOAD=$(abspath $(PM_SO)) $(BUILD)/demo
-	@echo "--- the heap profile written at exit (gperftools text; pprof reads it):"
-	@head -n 12 $(BUILD)/demo-heap.*.heap
+# Links the demo against the library in build/ (rpath computed here, at
+# build time), runs it, and shows its heap profile.
+demo: $(BUILD)/demo
+	PROFMALLOC_SAMPLE_RATE=64k $(BUILD)/demo $(BUILD)
+	@echo "--- $(BUILD)/demo.heap (gperftools text), first lines:"
+	@head -n 6 $(BUILD)/demo.heap
+	@if command -v go >/dev/null 2>&1; then \
+		echo "--- go tool pprof -top $(BUILD)/demo $(BUILD)/demo.pb.gz"; \
+		go tool pprof -top $(BUILD)/demo $(BUILD)/demo.pb.gz 2>&1 | head -n 14; \
+	else echo "(install golang-go to read $(BUILD)/demo.pb.gz with go tool pprof)"; fi
 
-$(BUILD)/demo: test/demo/demo.c
+$(BUILD)/demo: test/demo/demo.c $(PM_SO)
 	@mkdir -p $(@D)
-	$(CC) -O2 -g -Wall -Wextra -Iinclude $< -o $@
+	$(CC) -O2 -g -Wall -Wextra -Iinclude $< -o $@ -L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD))
 
 install: $(PM_SO) $(PM_A)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man3

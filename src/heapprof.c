@@ -23,11 +23,16 @@ typedef struct bucket {
     uintptr_t pcs[PM_STACK_MAX];
 } bucket_t;
 
+/* A live sampled block (bucket != NULL), or the count of live sampled
+ * small blocks on one page (key = page << 1 | 1, bucket == NULL, count);
+ * the page's "sampled" flag in the page map is set while count > 0, so
+ * frees of its other blocks take the slow path only while needed. */
 typedef struct record {
     struct record *next;          /* hash chain, or pool free list */
     uintptr_t addr;
     bucket_t *bucket;
     double weight;
+    uint64_t count;
 } record_t;
 
 #define BUCKET_HEADS (1u << 16)
@@ -39,7 +44,8 @@ static struct {
     bucket_t **buckets;           /* BUCKET_HEADS chains */
     uint64_t nbuckets;
     record_t **records;           /* nheads chains keyed by address */
-    uint64_t nheads, nrecords;
+    uint64_t nheads, nrecords;    /* records include per-page counts */
+    uint64_t nlive;               /* live sampled blocks */
     record_t *free_records;
     bucket_t *free_buckets;       /* linked through next */
     uint64_t start_ns;
@@ -62,7 +68,7 @@ void pm_heapprof_init(void)
 
 uint64_t pm_heapprof_live_samples(void)
 {
-    return pm_relaxed_load((_Atomic uint64_t *)&prof.nrecords);
+    return pm_relaxed_load((_Atomic uint64_t *)&prof.nlive);
 }
 
 /* ---- memory for the tables, got with the lock dropped ---------------- */
@@ -83,7 +89,7 @@ static int ensure_locked_or_refill(void)
         }
         return 1;
     }
-    if (prof.nrecords + 1 > prof.nheads * 2) {
+    if (prof.nrecords + 2 > prof.nheads * 2) {
         uint64_t want = prof.nheads ? prof.nheads * 4 : 4096;
         pm_unlock(&prof.lock);
         record_t **heads = pm_os_map(want * sizeof *heads, 0);
@@ -113,7 +119,7 @@ static int ensure_locked_or_refill(void)
         }
         return 1;
     }
-    if (!prof.free_records || !prof.free_buckets) {
+    if (!prof.free_records || !prof.free_records->next || !prof.free_buckets) {
         pm_unlock(&prof.lock);
         record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
         bucket_t *b = pm_meta_alloc(4 * sizeof *b);
@@ -166,6 +172,34 @@ static bucket_t *bucket_for_locked(const uintptr_t *pcs, uint32_t depth, uint64_
     return b;
 }
 
+static record_t **find_locked(uintptr_t key)
+{
+    record_t **link = &prof.records[mix(key) & (prof.nheads - 1)];
+    while (*link && (*link)->addr != key) link = &(*link)->next;
+    return link;
+}
+
+static record_t *insert_locked(uintptr_t key)
+{
+    record_t *r = prof.free_records;
+    prof.free_records = r->next;
+    *r = (record_t){.addr = key};
+    record_t **head = &prof.records[mix(key) & (prof.nheads - 1)];
+    r->next = *head;
+    *head = r;
+    prof.nrecords++;
+    return r;
+}
+
+static void remove_locked(record_t **link)
+{
+    record_t *r = *link;
+    *link = r->next;
+    r->next = prof.free_records;
+    prof.free_records = r;
+    prof.nrecords--;
+}
+
 static int in_allocator(uintptr_t pc)
 {
     return pc > (uintptr_t)&pm_text_begin && pc <= (uintptr_t)&pm_text_end;
@@ -193,18 +227,20 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
         bucket_t *b = bucket_for_locked(raw + skip, depth, size);
         b->alloc_objects += weight;
         b->alloc_bytes += weight * (double)size;
-        record_t *r = prof.free_records;
-        prof.free_records = r->next;
-        *r = (record_t){.addr = (uintptr_t)p, .bucket = b, .weight = weight};
-        uint64_t h = mix(r->addr) & (prof.nheads - 1);
-        r->next = prof.records[h];
-        prof.records[h] = r;
-        prof.nrecords++;
+        record_t *r = insert_locked((uintptr_t)p);
+        r->bucket = b;
+        r->weight = weight;
+        prof.nlive++;
         /* flag the block before it is handed out, so its free is seen */
         uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
         pm_span_t *s = pm_pagemap_span(page);
-        if (s->cls) pm_pagemap_mark_sampled(page);
-        else s->sample = r;
+        if (s->cls) {
+            record_t *pc = *find_locked(page << 1 | 1);
+            if (!pc) pc = insert_locked(page << 1 | 1);
+            if (pc->count++ == 0) pm_pagemap_mark_sampled(page, 1);
+        } else {
+            s->sample = r;
+        }
         pm_unlock(&prof.lock);
     }
     errno = saved_errno;
@@ -214,17 +250,18 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
 void pm_free_sampled(pm_span_t *s, void *p)
 {
     pm_lock(&prof.lock);
-    if (prof.nheads) {
-        record_t **link = &prof.records[mix((uintptr_t)p) & (prof.nheads - 1)];
-        for (record_t *r = *link; r; link = &r->next, r = r->next) {
-            if (r->addr != (uintptr_t)p) continue;
-            r->bucket->free_objects += r->weight;
-            r->bucket->free_bytes += r->weight * (double)r->bucket->size;
-            *link = r->next;
-            r->next = prof.free_records;
-            prof.free_records = r;
-            prof.nrecords--;
-            break;
+    record_t **link = prof.nheads ? find_locked((uintptr_t)p) : NULL;
+    if (link && *link) {
+        record_t *r = *link;
+        r->bucket->free_objects += r->weight;
+        r->bucket->free_bytes += r->weight * (double)r->bucket->size;
+        remove_locked(link);
+        prof.nlive--;
+        uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+        record_t **pc = s->cls ? find_locked(page << 1 | 1) : NULL;
+        if (pc && *pc && --(*pc)->count == 0) {
+            remove_locked(pc);
+            pm_pagemap_mark_sampled(page, 0);
         }
     }
     if (s->cls == 0) s->sample = NULL;

@@ -42,11 +42,11 @@ void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls)
     }
 }
 
-void pm_pagemap_mark_sampled(uintptr_t page)
+void pm_pagemap_mark_sampled(uintptr_t page, int on)
 {
-    pm_leaf_t *leaf = pm_pagemap_leaf(page);
-    atomic_fetch_or_explicit((_Atomic uint8_t *)&leaf->cls[page & LEAF_MASK],
-                             PM_SAMPLED_PAGE, memory_order_relaxed);
+    _Atomic uint8_t *cls = (_Atomic uint8_t *)&pm_pagemap_leaf(page)->cls[page & LEAF_MASK];
+    if (on) atomic_fetch_or_explicit(cls, PM_SAMPLED_PAGE, memory_order_relaxed);
+    else atomic_fetch_and_explicit(cls, (uint8_t)~PM_SAMPLED_PAGE, memory_order_relaxed);
 }
 
 uint64_t pm_pagemap_bytes(void) { return pm_relaxed_load(&leaf_bytes); }

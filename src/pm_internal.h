@@ -83,7 +83,7 @@ extern pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
 int pm_pagemap_ensure(uintptr_t page, size_t n);
 void pm_pagemap_set_span(uintptr_t page, pm_span_t *s);
 void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls);
-void pm_pagemap_mark_sampled(uintptr_t page);
+void pm_pagemap_mark_sampled(uintptr_t page, int on);
 uint64_t pm_pagemap_bytes(void);
 
 PM_INLINE pm_leaf_t *pm_pagemap_leaf(uintptr_t page)

@@ -976,12 +976,16 @@ static double one_minus_exp_neg(double x)
  * count and bytes by 1 / (1 - e^(-avg/R)) with avg = bytes / count, because
  * gperftools writes raw sample counts.  Our snapshot holds values already
  * scaled that way, so each pair is turned back into raw counts:
- * count = round(objects * p), bytes = count * avg with p = 1 - e^(-avg/R),
- * which keeps avg (hence the reader's scale) and makes the reader's totals
- * equal the snapshot's up to rounding.  At R <= 1 values are exact and the
+ * count = round(objects * p), bytes = count * S with p = 1 - e^(-S/R) and
+ * S the bucket's object size (bytes / objects when size is unknown).  The
+ * reader then sees avg == S exactly, applies the very scale the sampler
+ * did, and its totals equal the snapshot's up to rounding.  (S is taken
+ * from the sample, not from bytes / objects: both were rounded to integers
+ * after scaling, which would shift avg and the raw bytes.)  At R <= 1 values are exact and the
  * header says "heapprofile", which both readers leave unscaled (google-pprof
  * would still scale heap_v2/1 for tiny objects). */
-static void raw_pair(uint64_t objs, uint64_t bytes, uint64_t rate, uint64_t *ro, uint64_t *rb)
+static void raw_pair(uint64_t objs, uint64_t bytes, uint64_t size, uint64_t rate,
+                     uint64_t *ro, uint64_t *rb)
 {
     *ro = *rb = 0;
     if (!objs || !bytes) return; /* readers reject or drop such pairs */
@@ -990,7 +994,7 @@ static void raw_pair(uint64_t objs, uint64_t bytes, uint64_t rate, uint64_t *ro,
         *rb = bytes;
         return;
     }
-    double avg = (double)bytes / (double)objs;
+    double avg = size ? (double)size : (double)bytes / (double)objs;
     double c = (double)objs * one_minus_exp_neg(avg / (double)rate) + 0.5;
     uint64_t n = c < 1 ? 1 : (uint64_t)c;
     double b = (double)n * avg + 0.5;
@@ -1054,8 +1058,8 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
     for (size_t i = 0; i < s->nsamples; i++) {
         const pm_prof_sample_t *x = &s->samples[i];
         uint64_t v[4];
-        raw_pair(x->inuse_objects, x->inuse_bytes, rate, &v[0], &v[1]);
-        raw_pair(x->alloc_objects, x->alloc_bytes, rate, &v[2], &v[3]);
+        raw_pair(x->inuse_objects, x->inuse_bytes, x->size, rate, &v[0], &v[1]);
+        raw_pair(x->alloc_objects, x->alloc_bytes, x->size, rate, &v[2], &v[3]);
         for (int k = 0; k < 4; k++) tot[k] += v[k];
     }
     char line[64];
@@ -1074,8 +1078,8 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
     for (size_t i = 0; i < s->nsamples; i++) {
         const pm_prof_sample_t *x = &s->samples[i];
         uint64_t v[4];
-        raw_pair(x->inuse_objects, x->inuse_bytes, rate, &v[0], &v[1]);
-        raw_pair(x->alloc_objects, x->alloc_bytes, rate, &v[2], &v[3]);
+        raw_pair(x->inuse_objects, x->inuse_bytes, x->size, rate, &v[0], &v[1]);
+        raw_pair(x->alloc_objects, x->alloc_bytes, x->size, rate, &v[2], &v[3]);
         if (!v[0] && !v[2]) continue;
         out_counts(&o, v);
         for (uint32_t d = 0; d < x->depth; d++) {

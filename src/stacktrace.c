@@ -378,14 +378,10 @@ static inline uintptr_t table_field(const uint8_t *table, uintptr_t i, unsigned 
 }
 
 /* Finds the FDE covering pc through its object's .eh_frame_hdr, whose
- * address is also the base of datarel pointers (*dbase_out). */
-static bool find_fde(uintptr_t pc, fde_t *f, uintptr_t *dbase_out)
+ * address is also the base of datarel pointers. */
+static bool find_fde(uintptr_t pc, const uint8_t *hdr, fde_t *f)
 {
-    struct dl_find_object obj;
-    if (_dl_find_object((void *)pc, &obj) != 0 || !obj.dlfo_eh_frame) return false;
-    const uint8_t *hdr = obj.dlfo_eh_frame;
     uintptr_t dbase = (uintptr_t)hdr;
-    *dbase_out = dbase;
     if (hdr[0] != 1) return false;
     uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
     reader_t r = {hdr + 4, hdr + 4 + 16 + 16, true};
@@ -617,12 +613,140 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const cie_t *cie, uint
     return r.ok;
 }
 
+/* ---- unwind rules and their cache -----------------------------------------
+ * What it takes to step from a frame at a given PC to its caller. */
+enum { STEP_OK, STEP_END, STEP_FAIL };
+
+typedef struct {
+    uint8_t result; /* STEP_OK: apply the rules; STEP_END / STEP_FAIL: stop */
+    uint8_t cfa_reg; /* PM_REG_RSP or PM_REG_RBP */
+    int64_t cfa_off;
+    rule_t ra, rbp;
+} frame_rule_t;
+
+/* Computes the rule for PC from the FDE that covers it. */
+static void rule_from_fde(uintptr_t pc, const uint8_t *hdr, frame_rule_t *out)
+{
+    fde_t f;
+    uintptr_t dbase = (uintptr_t)hdr;
+    out->result = STEP_FAIL;
+    if (!find_fde(pc, hdr, &f) || f.cie.signal) return;
+    cfa_state_t init = {PM_REG_RSP, 8, false, {RULE_SAME, 0, 0}, {RULE_UNDEF, 0, 0}};
+    if (!run_cfa(f.cie.insns, f.cie.insns_end, &f.cie, f.pc_begin, UINTPTR_MAX, dbase, &init, NULL))
+        return;
+    cfa_state_t s = init;
+    if (!run_cfa(f.insns, f.insns_end, &f.cie, f.pc_begin, pc, dbase, &s, &init)) return;
+    if (s.ra.kind == RULE_UNDEF) {
+        out->result = STEP_END; /* outermost frame: _start, thread start */
+        return;
+    }
+    if (s.cfa_bad || (s.cfa_reg != PM_REG_RSP && s.cfa_reg != PM_REG_RBP)) return;
+    if (s.ra.kind != RULE_OFFSET && s.ra.kind != RULE_VAL_OFFSET && s.ra.kind != RULE_REG) return;
+    out->result = STEP_OK;
+    out->cfa_reg = (uint8_t)s.cfa_reg;
+    out->cfa_off = s.cfa_off;
+    out->ra = s.ra;
+    out->rbp = s.rbp;
+}
+
+/* A lock-free, direct-mapped cache of rules by PC, shared by all threads.
+ * Each entry is two words written and read with relaxed atomics: data and
+ * key ^ data, so a torn entry (two writers, or a reader racing a writer)
+ * fails the key check and is treated as a miss.  The key mixes in the
+ * address of the object's .eh_frame_hdr so that code dlopen()ed where
+ * other code was unloaded does not inherit its rules.  Only rules that fit
+ * the packed form are cached:
+ *   bit 0 valid, bits 1-2 result, bit 3 CFA is %rbp-based, bits 4-5 %rbp
+ *   rule (0 same, 1 offset, 2 undefined), bits 8-15 / 16-23 RA / %rbp
+ *   offset as -off/8, bits 24-55 CFA offset. */
+#define PM_ST_CACHE_BITS 11
+#define PM_ST_CACHE_SIZE (1u << PM_ST_CACHE_BITS)
+
+static struct {
+    _Atomic uint64_t key_x_data;
+    _Atomic uint64_t data;
+} rule_cache[PM_ST_CACHE_SIZE];
+
+static inline uint64_t cache_key(uintptr_t pc, const uint8_t *hdr)
+{
+    return (uint64_t)pc ^ ((uint64_t)(uintptr_t)hdr << 16) ^ ((uint64_t)(uintptr_t)hdr >> 3);
+}
+
+static inline uint32_t cache_slot(uintptr_t pc)
+{
+    return (uint32_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> (64 - PM_ST_CACHE_BITS));
+}
+
+/* -off/8 for a slot offset in [-2040, -8] that is a multiple of 8, else 0. */
+static inline uint64_t pack_slot_off(int64_t off)
+{
+    return off < 0 && off >= -2040 && (off & 7) == 0 ? (uint64_t)(-off / 8) : 0;
+}
+
+static uint64_t pack_rule(const frame_rule_t *r)
+{
+    uint64_t d = 1 | (uint64_t)r->result << 1;
+    if (r->result != STEP_OK) return d;
+    uint64_t ra_off = pack_slot_off(r->ra.off);
+    if (r->ra.kind != RULE_OFFSET || !ra_off) return 0;
+    if (r->cfa_off < 0 || r->cfa_off > (int64_t)UINT32_MAX) return 0;
+    d |= (uint64_t)(r->cfa_reg == PM_REG_RBP) << 3 | ra_off << 8 | (uint64_t)r->cfa_off << 24;
+    switch (r->rbp.kind) {
+    case RULE_SAME: break;
+    case RULE_UNDEF: d |= (uint64_t)2 << 4; break;
+    case RULE_OFFSET: {
+        uint64_t bp_off = pack_slot_off(r->rbp.off);
+        if (!bp_off) return 0;
+        d |= (uint64_t)1 << 4 | bp_off << 16;
+        break;
+    }
+    default: return 0;
+    }
+    return d;
+}
+
+static void unpack_rule(uint64_t d, frame_rule_t *r)
+{
+    r->result = (uint8_t)((d >> 1) & 3);
+    r->cfa_reg = (d >> 3) & 1 ? PM_REG_RBP : PM_REG_RSP;
+    r->cfa_off = (int64_t)((d >> 24) & UINT32_MAX);
+    r->ra = (rule_t){RULE_OFFSET, 0, -8 * (int64_t)((d >> 8) & 0xff)};
+    switch ((d >> 4) & 3) {
+    case 1: r->rbp = (rule_t){RULE_OFFSET, 0, -8 * (int64_t)((d >> 16) & 0xff)}; break;
+    case 2: r->rbp = (rule_t){RULE_UNDEF, 0, 0}; break;
+    default: r->rbp = (rule_t){RULE_SAME, 0, 0}; break;
+    }
+}
+
+static void find_rule(uintptr_t pc, frame_rule_t *r)
+{
+    struct dl_find_object obj;
+    if (_dl_find_object((void *)pc, &obj) != 0 || !obj.dlfo_eh_frame) {
+        r->result = STEP_FAIL; /* no object or no unwind info (JIT, vDSO) */
+        return;
+    }
+    const uint8_t *hdr = obj.dlfo_eh_frame;
+    uint64_t key = cache_key(pc, hdr);
+    uint32_t slot = cache_slot(pc);
+    uint64_t kx = atomic_load_explicit(&rule_cache[slot].key_x_data, memory_order_relaxed);
+    uint64_t d = atomic_load_explicit(&rule_cache[slot].data, memory_order_relaxed);
+    if ((d & 1) && (kx ^ d) == key) {
+        unpack_rule(d, r);
+        return;
+    }
+    rule_from_fde(pc, hdr, r);
+    d = pack_rule(r);
+    if (d) {
+        atomic_store_explicit(&rule_cache[slot].data, d, memory_order_relaxed);
+        atomic_store_explicit(&rule_cache[slot].key_x_data, key ^ d, memory_order_relaxed);
+    }
+}
+
+/* ---- stepping ------------------------------------------------------------ */
 /* Register state of one frame: the PC, its stack pointer and %rbp. */
 typedef struct {
     uintptr_t pc, sp, bp;
 } frame_t;
-
-enum { STEP_OK, STEP_END, STEP_FAIL };
 
 static bool eval_rule(const rule_t *rule, const frame_t *fr, uintptr_t cfa, uintptr_t lo,
                       uintptr_t hi, uintptr_t *out)
@@ -644,32 +768,18 @@ static bool eval_rule(const rule_t *rule, const frame_t *fr, uintptr_t cfa, uint
  * the row for the call instruction (pc - 1) is the one in effect. */
 static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi)
 {
-    uintptr_t pc = fr->pc - 1;
-    fde_t f;
-    uintptr_t dbase;
-    if (!find_fde(pc, &f, &dbase) || f.cie.signal) return STEP_FAIL;
-    cfa_state_t init = {PM_REG_RSP, 8, false, {RULE_SAME, 0, 0}, {RULE_UNDEF, 0, 0}};
-    if (!run_cfa(f.cie.insns, f.cie.insns_end, &f.cie, f.pc_begin, UINTPTR_MAX, dbase, &init, NULL))
-        return STEP_FAIL;
-    cfa_state_t s = init;
-    if (!run_cfa(f.insns, f.insns_end, &f.cie, f.pc_begin, pc, dbase, &s, &init)) return STEP_FAIL;
-    if (s.ra.kind == RULE_UNDEF) return STEP_END; /* outermost frame */
-    if (s.cfa_bad) return STEP_FAIL;
-    uintptr_t base;
-    if (s.cfa_reg == PM_REG_RSP)
-        base = fr->sp;
-    else if (s.cfa_reg == PM_REG_RBP)
-        base = fr->bp;
-    else
-        return STEP_FAIL;
-    uintptr_t cfa = base + (uintptr_t)s.cfa_off;
+    frame_rule_t rule;
+    find_rule(fr->pc - 1, &rule);
+    if (rule.result != STEP_OK) return rule.result;
+    uintptr_t base = rule.cfa_reg == PM_REG_RBP ? fr->bp : fr->sp;
+    uintptr_t cfa = base + (uintptr_t)rule.cfa_off;
     if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return STEP_FAIL;
     uintptr_t ra, bp = 0;
-    if (!eval_rule(&s.ra, fr, cfa, lo, hi, &ra)) return STEP_FAIL;
-    if (s.rbp.kind == RULE_SAME)
+    if (!eval_rule(&rule.ra, fr, cfa, lo, hi, &ra)) return STEP_FAIL;
+    if (rule.rbp.kind == RULE_SAME)
         bp = fr->bp;
-    else if (s.rbp.kind != RULE_UNDEF && !eval_rule(&s.rbp, fr, cfa, lo, hi, &bp))
-        bp = 0; /* unknown: any later CFA based on it fails the checks */
+    else if (rule.rbp.kind != RULE_UNDEF && !eval_rule(&rule.rbp, fr, cfa, lo, hi, &bp))
+        bp = 0; /* unknown: a later CFA based on it fails the checks */
     if (ra < 4096) return STEP_END; /* 0 also marks the outermost frame */
     fr->pc = ra;
     fr->sp = cfa;
