@@ -53,7 +53,7 @@ PM_TEST_A := $(BUILD)/libprofmalloc-test.a
 CHECK_TARGETS :=
 BENCH_TARGETS :=
 
-.PHONY: all check bench demo install uninstall clean
+.PHONY: all check bench demo install uninstall clean sizeclass-table
 all: $(PM_SO) $(PM_A)
 
 $(OBJ)/%.o: src/%.c
@@ -108,6 +108,12 @@ demo: $(BUILD)/demo
 $(BUILD)/demo: test/demo/demo.c $(PM_SO)
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -Wall -Wextra -Iinclude $< -o $@ -L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD))
+
+# The size-class table with its waste, as in doc/design.md.
+sizeclass-table: $(BUILD)/sizeclass-table
+	@$(BUILD)/sizeclass-table
+$(BUILD)/sizeclass-table: test/demo/sizeclass_table.c $(PM_TEST_A)
+	$(CC) $(PM_CFLAGS) $< -o $@ $(PM_TEST_A) -pthread
 
 install: $(PM_SO) $(PM_A)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man3
