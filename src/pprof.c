@@ -454,6 +454,8 @@ static void add_sym(writer_t *w, const ElfW(Sym) *s, const char *strtab, size_t 
     const char *name = strtab + s->st_name;
     size_t n = strnlen(name, strsz - s->st_name);
     if (!n || n == strsz - s->st_name) return; /* empty or unterminated */
+    const char *at = memchr(name, '@', n);       /* "memcpy@@GLIBC_2.14" */
+    if (at && at > name) n = (size_t)(at - name);
     sym_t y = {s->st_value, s->st_size, name, (uint32_t)n,
                sym_rank(name, s->st_size, ELF64_ST_BIND(s->st_info))};
     buf_put(&w->syms, &y, sizeof y);
@@ -809,10 +811,13 @@ static void add_comment(writer_t *w, buf_t *ids, const char *what, uint64_t v, c
  * pprof skips local symbolization of any mapping that has has_functions,
  * has_filenames or has_line_numbers set (symbolizer.go newMapping), and
  * then -lines has no file:line.  With all three false, pprof re-symbolizes
- * each mapping whose binary it can open (addr2line/DWARF: function names
- * and file:line replace ours), and where the binary is missing or its
- * build id differs it keeps the Location.line we wrote, so the profile
- * still shows function names.  Our Line.line is 0 (no DWARF in-process). */
+ * each mapping whose binary it can open (addr2line/llvm-symbolizer, or in
+ * `go tool pprof` Go's own DWARF reader): its names and file:line replace
+ * ours.  Where the binary is missing, stripped of DWARF (system libraries),
+ * or has another build id, or the reader finds nothing for an address, it
+ * keeps the Location.line we wrote, so names still show.  Cost: where
+ * DWARF has a line but no name (go tool pprof on gcc's .constprop clones)
+ * the name shown is empty.  Our Line.line is 0 (no DWARF in-process). */
 static int write_proto(int fd, const pm_prof_snapshot_t *s, writer_t *w)
 {
     static const char *const fixed[S_FIXED] = {
@@ -845,9 +850,12 @@ static int write_proto(int fd, const pm_prof_snapshot_t *s, writer_t *w)
     dl_iterate_phdr(phdr_cb, w);
     if (writer_failed(w)) goto done;
 
-    /* Mapping order: the executable's code segment first (pprof takes
-     * mapping[0] as the main binary, and `pprof <binary> <profile>` renames
-     * only that one), its other segments, then every other object. */
+    /* Mapping order: the executable's code segment first, because pprof
+     * takes mapping[0] as the main binary and `pprof <binary> <profile>`
+     * points only that one at <binary>; `go tool pprof` then derives the
+     * load bias as start - p_vaddr of the first PF_X PT_LOAD, exact when
+     * that p_vaddr is page-aligned (GNU ld's layout).  Then the
+     * executable's other segments, then every other object. */
     size_t nmaps = COUNT(w->maps, map_t), nlocs = COUNT(w->locs, loc_t);
     uint32_t *id_of = buf_add(&order, nmaps * 2 * sizeof(uint32_t) + 1);
     if (!id_of) goto done;
