@@ -425,6 +425,12 @@ PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
 {
     pm_init();
     pm_sampler_set_rate(bytes);
+    /* the calling thread switches at once; others at their next slow path */
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) {
+        t->sample_rate = bytes;
+        t->countdown = pm_sampler_next(&t->rng, bytes);
+    }
 }
 
 PM_EXPORT size_t profmalloc_get_sample_rate(void)

@@ -4,7 +4,9 @@
  * Must never: call malloc or anything that may (stdio, dladdr, backtrace,
  * dl_iterate_phdr, libgcc's unwinder), nor read a stack slot outside the
  * bounds it checked; it runs inside malloc and in signal handlers.
- * Locks: none.  Objects are found with _dl_find_object (lock-free). */
+ * Locks: none.  Objects are found with _dl_find_object (lock-free); the
+ * rule cache is lock-free.  Only x86-64 has the DWARF walk; AArch64 always
+ * walks frame records and other targets capture nothing. */
 #include "pm.h"
 #include "pm_stacktrace.h"
 
@@ -34,13 +36,14 @@ int pm_stacktrace_get_mode(void)
  * stack pointer of the main thread: no frame of that thread lies above it. */
 extern void *__libc_stack_end;
 
-/* The frames of the running stack lie in [sp, top).  Only an upper bound is
- * needed that is both mapped and above every real frame:
+/* An upper bound for the frames above sp, never more than PM_STACK_SPAN:
  *  - a glibc thread keeps its descriptor (pthread_self()) at the top of its
  *    stack, above every frame, also for stacks from pthread_attr_setstack;
- *  - the main thread's frames lie below __libc_stack_end, and the page that
- *    holds it (argc) is mapped;
- *  - anything else (makecontext or sigaltstack stacks): PM_STACK_SPAN. */
+ *  - the main thread's frames lie below __libc_stack_end (the address of
+ *    argc), and the page that holds it is mapped.
+ * On those stacks all of [sp, top) is mapped, so a corrupt frame chain
+ * cannot fault.  On other stacks (makecontext, sigaltstack) the bound can
+ * only limit the damage: the walk relies on the monotonic CFA check. */
 static uintptr_t stack_top(uintptr_t sp)
 {
     uintptr_t top = sp + PM_STACK_SPAN;
@@ -332,13 +335,13 @@ static bool parse_cie(const uint8_t *p, cie_t *cie)
     } else if (aug[0]) {
         return false;
     }
-    if (!r.ok || cie->code_align == 0) return false;
+    if (!r.ok || cie->code_align == 0 || cie->ra_reg != PM_REG_RA) return false;
     cie->insns = r.p;
     cie->insns_end = r.end;
     return true;
 }
 
-/* Parses the FDE at p (already known not to be a CIE only if p is right). */
+/* Parses the FDE at p and the CIE it points to; fails if p is a CIE. */
 static bool parse_fde(const uint8_t *p, uintptr_t dbase, fde_t *f)
 {
     reader_t r;

@@ -1,0 +1,34 @@
+# test/unit/stacktrace.mk — unit test of the stack unwinder (src/stacktrace.c),
+# included by the top Makefile.  Uses BUILD, CC, PM_CFLAGS and CMOCKA_LIBS.
+# stacktrace.c is compiled into the test directly; the known call chain
+# (stacktrace_chain.c) is built twice: without and with frame pointers.
+
+ST_DIR := $(BUILD)/test/stacktrace
+ST_HDRS := src/pm.h src/pm_stacktrace.h
+ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls -fno-reorder-blocks-and-partition
+ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o $(ST_DIR)/test_stacktrace.o
+
+$(ST_DIR)/stacktrace.o: src/stacktrace.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -c $< -o $@
+
+$(ST_DIR)/chain_om.o: test/unit/stacktrace_chain.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) $(ST_CHAIN_FLAGS) -fomit-frame-pointer -DCHAIN_PREFIX=om -c $< -o $@
+
+$(ST_DIR)/chain_fp.o: test/unit/stacktrace_chain.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) $(ST_CHAIN_FLAGS) -fno-omit-frame-pointer -DCHAIN_PREFIX=fp -c $< -o $@
+
+$(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_chain.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -c $< -o $@
+
+$(BUILD)/test/test_stacktrace: $(ST_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread
+
+.PHONY: check-stacktrace
+CHECK_TARGETS += check-stacktrace
+check-stacktrace: $(BUILD)/test/test_stacktrace
+	$(BUILD)/test/test_stacktrace

@@ -1,0 +1,712 @@
+/* test_stacktrace.c — unit tests of src/stacktrace.c (linked in directly).
+ * The known chains come from stacktrace_chain.c, built without (om_*) and
+ * with (fp_*) frame pointers.  Functions whose return addresses are checked
+ * each sit in their own section, so a PC can be checked against the
+ * linker's __start_<section>/__stop_<section> symbols. */
+#include <dlfcn.h>
+#include <link.h>
+#include <execinfo.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <cmocka.h>
+
+#include "pm_stacktrace.h"
+#define STACKTRACE_CHAIN_DECLS_ONLY
+#include "stacktrace_chain.c"
+
+#define MAXF 64
+#define FN_IN(sec) __attribute__((noinline, section(#sec)))
+#define RANGE(sec)                                                             \
+    extern const char __start_##sec[], __stop_##sec[];                         \
+    static int in_##sec(uintptr_t pc)                                          \
+    {                                                                          \
+        return pc > (uintptr_t)__start_##sec && pc <= (uintptr_t)__stop_##sec; \
+    }
+
+RANGE(om_sec_a)
+RANGE(om_sec_b)
+RANGE(om_sec_c)
+RANGE(om_sec_rec)
+RANGE(fp_sec_a)
+RANGE(fp_sec_b)
+RANGE(fp_sec_c)
+RANGE(fp_sec_rec)
+RANGE(st_caller)
+RANGE(st_callback)
+RANGE(st_compar)
+RANGE(st_qsort_caller)
+RANGE(st_thread)
+RANGE(st_ctx)
+RANGE(st_signal)
+RANGE(st_phdr_cb)
+RANGE(st_phdr_caller)
+RANGE(st_asm_cb)
+RANGE(st_asm_caller)
+RANGE(st_asm_mix)
+RANGE(st_asm_expr)
+RANGE(st_asm_bad)
+RANGE(st_ctor)
+
+static volatile int sink;
+
+/* The "test function" at the top of the known chain. */
+FN_IN(st_caller) static int call_chain(struct chain_req *r, int fp_chain, int depth)
+{
+    int v;
+    if (depth >= 0)
+        v = fp_chain ? fp_chain_rec(r, depth) : om_chain_rec(r, depth);
+    else
+        v = fp_chain ? fp_chain_a(r) : om_chain_a(r);
+    sink++;
+    return v;
+}
+
+static int capture_chain(int mode, int fp_chain, uintptr_t *pcs, int max, int skip)
+{
+    pm_stacktrace_set_mode(mode);
+    struct chain_req r = {pcs, max, skip, -1, NULL};
+    call_chain(&r, fp_chain, -1);
+    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+    return r.n;
+}
+
+static void assert_known_chain(const uintptr_t *pcs, int n, int fp_chain)
+{
+    assert_true(n >= 4);
+    assert_true(n < MAXF); /* ended by itself at _start */
+    assert_true(fp_chain ? in_fp_sec_c(pcs[0]) : in_om_sec_c(pcs[0]));
+    assert_true(fp_chain ? in_fp_sec_b(pcs[1]) : in_om_sec_b(pcs[1]));
+    assert_true(fp_chain ? in_fp_sec_a(pcs[2]) : in_om_sec_a(pcs[2]));
+    assert_true(in_st_caller(pcs[3]));
+}
+
+static void test_mode(void **state)
+{
+    (void)state;
+    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_DWARF);
+    pm_stacktrace_set_mode(PM_UNWIND_FP);
+    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_FP);
+    pm_stacktrace_set_mode(42);
+    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_DWARF);
+}
+
+/* DWARF through code without frame pointers, and through code with them. */
+static void test_dwarf_chain(void **state)
+{
+    (void)state;
+    uintptr_t pcs[MAXF];
+    int n = capture_chain(PM_UNWIND_DWARF, 0, pcs, MAXF, 0);
+    assert_known_chain(pcs, n, 0);
+    n = capture_chain(PM_UNWIND_DWARF, 1, pcs, MAXF, 0);
+    assert_known_chain(pcs, n, 1);
+}
+
+static void test_fp_chain(void **state)
+{
+    (void)state;
+    uintptr_t pcs[MAXF];
+    /* With frame pointers the walk reaches the caller of a (a's record
+     * holds its return address even though call_chain has no frame
+     * pointer of its own). */
+    int n = capture_chain(PM_UNWIND_FP, 1, pcs, MAXF, 0);
+    assert_true(n >= 4 && n <= MAXF);
+    assert_true(in_fp_sec_c(pcs[0]));
+    assert_true(in_fp_sec_b(pcs[1]));
+    assert_true(in_fp_sec_a(pcs[2]));
+    assert_true(in_st_caller(pcs[3]));
+    /* Without frame pointers only the first frame is certain. */
+    n = capture_chain(PM_UNWIND_FP, 0, pcs, MAXF, 0);
+    assert_true(n >= 1 && n <= MAXF);
+    assert_true(in_om_sec_c(pcs[0]));
+}
+
+static void test_skip_and_max(void **state)
+{
+    (void)state;
+    uintptr_t pcs[MAXF];
+    for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
+        assert_int_equal(capture_chain(mode, 1, pcs, MAXF, 1) >= 3, 1);
+        assert_true(in_fp_sec_b(pcs[0]));
+        assert_true(in_fp_sec_a(pcs[1]));
+        assert_true(in_st_caller(pcs[2]));
+        assert_int_equal(capture_chain(mode, 1, pcs, MAXF, 3) >= 1, 1);
+        assert_true(in_st_caller(pcs[0]));
+        assert_int_equal(capture_chain(mode, 1, pcs, MAXF, -7) >= 4, 1);
+        assert_true(in_fp_sec_c(pcs[0]));
+        pcs[1] = 12345;
+        assert_int_equal(capture_chain(mode, 1, pcs, 1, 0), 1);
+        assert_true(in_fp_sec_c(pcs[0]));
+        assert_int_equal(pcs[1], 12345); /* max respected */
+        assert_int_equal(capture_chain(mode, 1, pcs, 2, 2), 2);
+        assert_true(in_fp_sec_a(pcs[0]));
+        assert_true(in_st_caller(pcs[1]));
+        assert_int_equal(capture_chain(mode, 1, pcs, 0, 0), 0);
+        assert_int_equal(capture_chain(mode, 1, pcs, MAXF, 100000), 0);
+    }
+}
+
+static void test_deep_recursion(void **state)
+{
+    (void)state;
+    enum { DEPTH = 200 };
+    static uintptr_t pcs[512];
+    for (int fp_chain = 0; fp_chain <= 1; fp_chain++) {
+        for (int mode = fp_chain ? PM_UNWIND_FP : PM_UNWIND_DWARF; mode >= 0; mode--) {
+            pm_stacktrace_set_mode(mode);
+            struct chain_req r = {pcs, 512, 0, -1, NULL};
+            call_chain(&r, fp_chain, DEPTH);
+            pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+            int (*in_rec)(uintptr_t) = fp_chain ? in_fp_sec_rec : in_om_sec_rec;
+            assert_true(r.n >= DEPTH + 5);
+            assert_true(r.n < 512);
+            for (int i = 3; i < 3 + DEPTH + 1; i++) assert_true(in_rec(pcs[i]));
+            assert_true(in_st_caller(pcs[DEPTH + 4]));
+            /* max cuts a deep stack exactly */
+            r = (struct chain_req){pcs, 64, 10, -1, NULL};
+            pm_stacktrace_set_mode(mode);
+            call_chain(&r, fp_chain, DEPTH);
+            pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+            assert_int_equal(r.n, 64);
+            for (int i = 0; i < 64; i++) assert_true(in_rec(pcs[i]));
+        }
+    }
+}
+
+/* Compares with glibc's backtrace(), which uses libgcc's unwinder: from the
+ * second entry on, both must list the same return addresses. */
+static void assert_same_as_backtrace(const uintptr_t *pcs, int n, void *const *bt, int nb)
+{
+    assert_true(n >= 2);
+    assert_true(n < MAXF);
+    assert_int_equal(n, nb);
+    for (int i = 1; i < n; i++) assert_int_equal(pcs[i], (uintptr_t)bt[i]);
+}
+
+static uintptr_t cb_pcs[MAXF];
+static void *cb_bt[MAXF];
+static int cb_n, cb_nb;
+
+FN_IN(st_callback) static void callback_capture(struct chain_req *r)
+{
+    cb_n = pm_stacktrace_capture(cb_pcs, MAXF, 0);
+    cb_nb = backtrace(cb_bt, MAXF);
+    r->n = cb_n;
+}
+
+static void test_matches_backtrace(void **state)
+{
+    (void)state;
+    struct chain_req r = {NULL, 0, 0, -1, callback_capture};
+    call_chain(&r, 0, 3);
+    assert_true(in_st_callback(cb_pcs[0]));
+    assert_true(in_om_sec_c(cb_pcs[1]));
+    assert_same_as_backtrace(cb_pcs, cb_n, cb_bt, cb_nb);
+}
+
+/* ---- through libc: qsort calls back into us ------------------------- */
+static uintptr_t qs_pcs[MAXF];
+static void *qs_bt[MAXF];
+static int qs_n = -1, qs_nb;
+
+FN_IN(st_compar) static int compar(const void *a, const void *b)
+{
+    if (qs_n < 0) {
+        qs_n = pm_stacktrace_capture(qs_pcs, MAXF, 0);
+        qs_nb = backtrace(qs_bt, MAXF);
+    }
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+FN_IN(st_qsort_caller) static void sort_some(int *v, size_t n)
+{
+    qsort(v, n, sizeof *v, compar);
+    sink++;
+}
+
+static int in_libc(uintptr_t pc)
+{
+    Dl_info info;
+    return dladdr((void *)(pc - 1), &info) && info.dli_fname && strstr(info.dli_fname, "libc.so");
+}
+
+static void test_through_libc(void **state)
+{
+    (void)state;
+    int v[64];
+    for (int i = 0; i < 64; i++) v[i] = (i * 37) % 64;
+    sort_some(v, 64);
+    assert_true(v[0] == 0 && v[63] == 63);
+    assert_true(qs_n >= 3);
+    assert_true(in_st_compar(qs_pcs[0]));
+    int caller = -1;
+    for (int i = 1; i < qs_n; i++)
+        if (in_st_qsort_caller(qs_pcs[i])) {
+            caller = i;
+            break;
+        }
+    assert_true(caller >= 2);
+    for (int i = 1; i < caller; i++) assert_true(in_libc(qs_pcs[i]));
+    assert_same_as_backtrace(qs_pcs, qs_n, qs_bt, qs_nb);
+}
+
+/* dl_iterate_phdr's unwind info uses a "zPLR" CIE (personality, LSDA). */
+static uintptr_t ph_pcs[MAXF];
+static void *ph_bt[MAXF];
+static int ph_n = -1, ph_nb;
+
+FN_IN(st_phdr_cb) static int phdr_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)info;
+    (void)size;
+    (void)arg;
+    ph_n = pm_stacktrace_capture(ph_pcs, MAXF, 0);
+    ph_nb = backtrace(ph_bt, MAXF);
+    return 1; /* stop after the first object */
+}
+
+FN_IN(st_phdr_caller) static void iterate_phdr(void)
+{
+    dl_iterate_phdr(phdr_cb, NULL);
+    sink++;
+}
+
+static void test_through_libc_zplr(void **state)
+{
+    (void)state;
+    iterate_phdr();
+    assert_true(ph_n >= 3);
+    assert_true(in_st_phdr_cb(ph_pcs[0]));
+    assert_true(in_libc(ph_pcs[1]));
+    assert_true(in_st_phdr_caller(ph_pcs[2]));
+    assert_same_as_backtrace(ph_pcs, ph_n, ph_bt, ph_nb);
+}
+
+/* ---- hand-written CFI ---------------------------------------------------
+ * st_cfi_mix: %rbp-based CFA, a realigned stack, remember/restore_state
+ *   around a bogus row, DW_CFA_GNU_args_size.
+ * st_cfi_expr: a DW_CFA_def_cfa_expression CFA: the DWARF walk must stop
+ *   there cleanly (the frame-pointer walk goes on).
+ * st_noret_call: the call is the function's last instruction, so its
+ *   return address is the first byte of st_after_noret, whose CFI says
+ *   "outermost frame": only a pc - 1 lookup finds the right row. */
+__asm__(".pushsection st_asm_mix,\"ax\",@progbits\n"
+        ".globl st_cfi_mix\n.hidden st_cfi_mix\n.type st_cfi_mix,@function\n"
+        "st_cfi_mix:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbp, -16\n"
+        "movq %rsp, %rbp\n"
+        ".cfi_def_cfa_register rbp\n"
+        "pushq %rbx\n"
+        ".cfi_offset rbx, -24\n"
+        "andq $-64, %rsp\n"
+        ".cfi_remember_state\n"
+        ".cfi_undefined rip\n"
+        ".cfi_def_cfa rsp, 0\n"
+        "nop\n"
+        ".cfi_restore_state\n"
+        ".cfi_escape 0x2e, 0x00\n"
+        "call *%rdi\n"
+        "leaq -8(%rbp), %rsp\n"
+        "popq %rbx\n"
+        ".cfi_restore rbx\n"
+        "popq %rbp\n"
+        ".cfi_def_cfa rsp, 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size st_cfi_mix, .-st_cfi_mix\n"
+        ".popsection\n"
+        ".pushsection st_asm_expr,\"ax\",@progbits\n"
+        ".globl st_cfi_expr\n.hidden st_cfi_expr\n.type st_cfi_expr,@function\n"
+        "st_cfi_expr:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbp, -16\n"
+        "movq %rsp, %rbp\n"
+        ".cfi_escape 0x0f, 0x02, 0x76, 0x10\n" /* CFA = DW_OP_breg6 (rbp) + 16 */
+        "call *%rdi\n"
+        "popq %rbp\n"
+        ".cfi_def_cfa rsp, 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size st_cfi_expr, .-st_cfi_expr\n"
+        ".popsection\n"
+        ".pushsection st_asm_noret,\"ax\",@progbits\n"
+        ".globl st_noret_call\n.hidden st_noret_call\n.type st_noret_call,@function\n"
+        "st_noret_call:\n"
+        ".cfi_startproc\n"
+        "subq $8, %rsp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "call *%rdi\n"
+        ".cfi_endproc\n"
+        ".size st_noret_call, .-st_noret_call\n"
+        ".globl st_after_noret\n.hidden st_after_noret\n.type st_after_noret,@function\n"
+        "st_after_noret:\n"
+        ".cfi_startproc\n"
+        ".cfi_undefined rip\n"
+        "ud2\n"
+        ".cfi_endproc\n"
+        ".size st_after_noret, .-st_after_noret\n"
+        ".popsection\n");
+
+void st_cfi_mix(void (*fn)(void));
+void st_cfi_expr(void (*fn)(void));
+void st_noret_call(void (*fn)(void));
+void st_after_noret(void);
+
+static uintptr_t asm_pcs[MAXF];
+static void *asm_bt[MAXF];
+static int asm_n, asm_nb;
+static jmp_buf asm_jmp;
+
+FN_IN(st_asm_cb) static void asm_cb(void)
+{
+    asm_n = pm_stacktrace_capture(asm_pcs, MAXF, 0);
+    asm_nb = backtrace(asm_bt, MAXF);
+}
+
+FN_IN(st_asm_cb) static void asm_cb_noret(void)
+{
+    asm_n = pm_stacktrace_capture(asm_pcs, MAXF, 0);
+    longjmp(asm_jmp, 1);
+}
+
+FN_IN(st_asm_caller) static void call_asm(void (*asm_fn)(void (*)(void)), void (*cb)(void))
+{
+    if (!setjmp(asm_jmp)) asm_fn(cb);
+    sink++;
+}
+
+static void test_handwritten_cfi(void **state)
+{
+    (void)state;
+    call_asm(st_cfi_mix, asm_cb);
+    assert_true(asm_n >= 3 && asm_n < MAXF);
+    assert_true(in_st_asm_cb(asm_pcs[0]));
+    assert_true(in_st_asm_mix(asm_pcs[1]));
+    assert_true(in_st_asm_caller(asm_pcs[2]));
+    assert_same_as_backtrace(asm_pcs, asm_n, asm_bt, asm_nb);
+
+    call_asm(st_cfi_expr, asm_cb);
+    assert_int_equal(asm_n, 2); /* stops cleanly at the expression */
+    assert_true(in_st_asm_cb(asm_pcs[0]));
+    assert_true(in_st_asm_expr(asm_pcs[1]));
+
+    call_asm(st_noret_call, asm_cb_noret);
+    assert_true(asm_n >= 3 && asm_n < MAXF);
+    assert_true(in_st_asm_cb(asm_pcs[0]));
+    assert_int_equal(asm_pcs[1], (uintptr_t)st_after_noret);
+    assert_true(in_st_asm_caller(asm_pcs[2]));
+
+    /* The frame-pointer walk follows the records of both asm functions; it
+     * cannot see their return addresses (kept in asm_cb's frame, which has
+     * no record), so after asm_cb comes call_asm. */
+    for (int i = 0; i < 2; i++) {
+        pm_stacktrace_set_mode(PM_UNWIND_FP);
+        call_asm(i ? st_cfi_expr : st_cfi_mix, asm_cb);
+        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        assert_true(asm_n >= 2 && asm_n < MAXF);
+        assert_true(in_st_asm_cb(asm_pcs[0]));
+        assert_true(in_st_asm_caller(asm_pcs[1]));
+    }
+}
+
+/* st_bad_frame_call(pcs, max, skip, bad_rbp) calls pm_stacktrace_capture
+ * with %rbp = bad_rbp and CFI that says its CFA is %rbp + 16: both walks are
+ * led to bad_rbp, and must refuse to read there when it lies above the top
+ * of the running thread's stack. */
+__asm__(".pushsection st_asm_bad,\"ax\",@progbits\n"
+        ".globl st_bad_frame_call\n.hidden st_bad_frame_call\n"
+        ".type st_bad_frame_call,@function\n"
+        "st_bad_frame_call:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset rbp, -16\n"
+        "movq %rcx, %rbp\n"
+        ".cfi_def_cfa_register rbp\n"
+        "call pm_stacktrace_capture\n"
+        ".cfi_def_cfa rsp, 16\n"
+        "popq %rbp\n"
+        ".cfi_def_cfa_offset 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size st_bad_frame_call, .-st_bad_frame_call\n"
+        ".popsection\n");
+
+int st_bad_frame_call(uintptr_t *pcs, int max, int skip, uintptr_t bad_rbp);
+
+struct bounds_result {
+    uintptr_t bad;
+    int n[2], first_ok[2];
+};
+
+static void *bounds_thread(void *arg)
+{
+    struct bounds_result *b = arg;
+    for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
+        uintptr_t pcs[MAXF];
+        pm_stacktrace_set_mode(mode);
+        b->n[mode] = st_bad_frame_call(pcs, MAXF, 0, b->bad);
+        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        b->first_ok[mode] = b->n[mode] >= 1 && in_st_asm_bad(pcs[0]);
+    }
+    return NULL;
+}
+
+static void test_stack_bounds(void **state)
+{
+    (void)state;
+    /* A thread stack with an inaccessible page right above it: a walk
+     * that reads above the stack top crashes the test. */
+    size_t size = 256 * 1024, page = 4096;
+    char *m = mmap(NULL, size + 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(mprotect(m + size, 4 * page, PROT_NONE), 0);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    assert_int_equal(pthread_attr_setstack(&attr, m, size), 0);
+    static struct bounds_result b;
+    for (int k = 0; k < 3; k++) {
+        b.bad = (uintptr_t)(m + size) + (uintptr_t)k * 1024; /* in the inaccessible page */
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, &attr, bounds_thread, &b), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        for (int mode = 0; mode < 2; mode++) {
+            assert_true(b.first_ok[mode]);
+            assert_int_equal(b.n[mode], 1);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    munmap(m, size + 4 * page);
+}
+
+/* ---- other stacks ---------------------------------------------------- */
+struct thread_result {
+    uintptr_t pcs[MAXF];
+    void *bt[MAXF];
+    int n, nb, n_fp, fp_first_ok;
+};
+
+FN_IN(st_thread) static void *thread_main(void *arg)
+{
+    struct thread_result *t = arg;
+    t->n = pm_stacktrace_capture(t->pcs, MAXF, 0);
+    t->nb = backtrace(t->bt, MAXF);
+    uintptr_t fp_pcs[MAXF];
+    pm_stacktrace_set_mode(PM_UNWIND_FP);
+    t->n_fp = pm_stacktrace_capture(fp_pcs, MAXF, 0);
+    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+    t->fp_first_ok = t->n_fp >= 1 && in_st_thread(fp_pcs[0]);
+    sink++;
+    return NULL;
+}
+
+static void test_thread(void **state)
+{
+    (void)state;
+    static struct thread_result t;
+    pthread_t th;
+    pthread_attr_t attr;
+    /* A small stack too, so the stack-top bound is exercised off the main thread. */
+    for (size_t size = 0; size <= 65536; size += 65536) {
+        memset(&t, 0, sizeof t);
+        pthread_attr_init(&attr);
+        if (size) pthread_attr_setstacksize(&attr, size);
+        assert_int_equal(pthread_create(&th, &attr, thread_main, &t), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        pthread_attr_destroy(&attr);
+        assert_true(in_st_thread(t.pcs[0]));
+        assert_true(in_libc(t.pcs[1])); /* start_thread */
+        assert_same_as_backtrace(t.pcs, t.n, t.bt, t.nb);
+        assert_true(t.fp_first_ok);
+        assert_true(t.n_fp < MAXF);
+    }
+}
+
+static ucontext_t ctx_main, ctx_co;
+static int ctx_n[2], ctx_first_ok[2];
+
+FN_IN(st_ctx) static void ctx_func(void)
+{
+    for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
+        uintptr_t pcs[MAXF];
+        pm_stacktrace_set_mode(mode);
+        ctx_n[mode] = pm_stacktrace_capture(pcs, MAXF, 0);
+        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        ctx_first_ok[mode] = ctx_n[mode] >= 1 && in_st_ctx(pcs[0]);
+    }
+    sink++;
+}
+
+static void test_makecontext(void **state)
+{
+    (void)state;
+    static char stack[256 * 1024] __attribute__((aligned(16)));
+    assert_int_equal(getcontext(&ctx_co), 0);
+    ctx_co.uc_stack.ss_sp = stack;
+    ctx_co.uc_stack.ss_size = sizeof stack;
+    ctx_co.uc_link = &ctx_main;
+    makecontext(&ctx_co, ctx_func, 0);
+    assert_int_equal(swapcontext(&ctx_main, &ctx_co), 0);
+    for (int mode = 0; mode < 2; mode++) {
+        assert_true(ctx_first_ok[mode]);
+        assert_true(ctx_n[mode] < MAXF); /* stopped by itself */
+    }
+    assert_true(ctx_n[PM_UNWIND_DWARF] <= 3); /* ctx_func, __start_context */
+}
+
+static uintptr_t sig_pcs[2][MAXF];
+static volatile int sig_n[2];
+
+FN_IN(st_signal) static void on_signal(int sig)
+{
+    (void)sig;
+    for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
+        pm_stacktrace_set_mode(mode);
+        sig_n[mode] = pm_stacktrace_capture(sig_pcs[mode], MAXF, 0);
+    }
+    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+}
+
+static void test_signal_handler(void **state)
+{
+    (void)state;
+    static char alt[64 * 1024] __attribute__((aligned(16)));
+    for (int on_alt = 0; on_alt <= 1; on_alt++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sa.sa_flags = on_alt ? SA_ONSTACK : 0;
+        sigemptyset(&sa.sa_mask);
+        if (on_alt) {
+            stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+            assert_int_equal(sigaltstack(&ss, NULL), 0);
+        }
+        assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+        sig_n[0] = sig_n[1] = -1;
+        raise(SIGUSR1);
+        sigaction(SIGUSR1, &old, NULL);
+        if (on_alt) {
+            stack_t ss = {.ss_flags = SS_DISABLE};
+            sigaltstack(&ss, NULL);
+        }
+        for (int mode = 0; mode < 2; mode++) {
+            assert_true(sig_n[mode] >= 1 && sig_n[mode] < MAXF);
+            assert_true(in_st_signal(sig_pcs[mode][0]));
+        }
+    }
+}
+
+/* Before main: a constructor of the executable, run from libc's startup. */
+static uintptr_t ctor_pcs[MAXF];
+static int ctor_n = -1;
+
+FN_IN(st_ctor) __attribute__((constructor(101))) static void early_capture(void)
+{
+    ctor_n = pm_stacktrace_capture(ctor_pcs, MAXF, 0);
+}
+
+static void test_constructor(void **state)
+{
+    (void)state;
+    assert_true(ctor_n >= 2 && ctor_n < MAXF);
+    assert_true(in_st_ctor(ctor_pcs[0]));
+    assert_true(in_libc(ctor_pcs[1]));
+}
+
+/* ---- never allocates ------------------------------------------------- */
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static void test_no_malloc(void **state)
+{
+    (void)state;
+    uintptr_t pcs[MAXF];
+    int total = 0;
+    capture_chain(PM_UNWIND_DWARF, 0, pcs, MAXF, 0); /* warm up */
+    size_t before = heap_in_use();
+    for (int i = 0; i < 10000; i++) {
+        total += capture_chain(PM_UNWIND_DWARF, i & 1, pcs, MAXF, 0);
+        total += capture_chain(PM_UNWIND_FP, 1, pcs, MAXF, 0);
+    }
+    size_t after = heap_in_use();
+    assert_true(total >= 10000 * 8);
+    assert_int_equal(before, after);
+}
+
+/* ---- concurrent with dlopen/dlclose (the object list changes) --------- */
+static _Atomic int dl_stop;
+static _Atomic long dl_bad, dl_runs;
+
+static void *capture_loop(void *arg)
+{
+    (void)arg;
+    uintptr_t pcs[MAXF];
+    while (!dl_stop) {
+        int n = capture_chain(PM_UNWIND_DWARF, 0, pcs, MAXF, 0);
+        if (n < 4 || n >= MAXF || !in_om_sec_c(pcs[0]) || !in_st_caller(pcs[3])) dl_bad++;
+        dl_runs++;
+    }
+    return NULL;
+}
+
+static void test_concurrent_dlopen(void **state)
+{
+    (void)state;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, capture_loop, NULL), 0);
+    int opened = 0;
+    for (int i = 0; i < 100; i++) {
+        void *h = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            opened++;
+            dlclose(h);
+        }
+    }
+    while (dl_runs < 1000) sched_yield();
+    dl_stop = 1;
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    assert_int_equal(opened, 100);
+    assert_int_equal(dl_bad, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mode),
+        cmocka_unit_test(test_dwarf_chain),
+        cmocka_unit_test(test_fp_chain),
+        cmocka_unit_test(test_skip_and_max),
+        cmocka_unit_test(test_deep_recursion),
+        cmocka_unit_test(test_matches_backtrace),
+        cmocka_unit_test(test_through_libc),
+        cmocka_unit_test(test_through_libc_zplr),
+        cmocka_unit_test(test_handwritten_cfi),
+        cmocka_unit_test(test_stack_bounds),
+        cmocka_unit_test(test_thread),
+        cmocka_unit_test(test_makecontext),
+        cmocka_unit_test(test_signal_handler),
+        cmocka_unit_test(test_constructor),
+        cmocka_unit_test(test_no_malloc),
+        cmocka_unit_test(test_concurrent_dlopen),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
