@@ -1,0 +1,18 @@
+# test/prof/prof.mk — the heap profiler end to end (test_prof.c), in a
+# program linked with -lprofmalloc; the known call chain is compiled
+# without frame pointers.  Included by the top Makefile.
+PROF_DIR := $(BUILD)/test/prof
+PROF_TEST_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -Itest/unit -pthread
+
+$(PROF_DIR)/prof_chain.o: test/prof/prof_chain.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -fomit-frame-pointer -fno-inline -fno-optimize-sibling-calls -c $< -o $@
+
+$(PROF_DIR)/test_prof: test/prof/test_prof.c test/unit/profile_reader.h $(PROF_DIR)/prof_chain.o $(PM_SO)
+	$(CC) $(PROF_TEST_CFLAGS) $(CMOCKA_CFLAGS) test/prof/test_prof.c $(PROF_DIR)/prof_chain.o -o $@ \
+		-L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD)) $(CMOCKA_LIBS)
+
+.PHONY: check-prof
+CHECK_TARGETS += check-prof
+check-prof: $(PROF_DIR)/test_prof
+	$(PROF_DIR)/test_prof

@@ -1,0 +1,563 @@
+/* test_prof.c — the heap profiler end to end, in a program linked with
+ * -lprofmalloc: allocation sites of known size are sampled, dumped with
+ * profmalloc_dump(), and the dump is decoded here (profile_reader.h) and
+ * compared with the truth: within tolerance at a moderate rate, exactly at
+ * rate 1.  Also: stacks through code without frame pointers, makecontext
+ * stacks, dumps while other threads allocate, fork, realloc and
+ * cross-thread frees of sampled blocks, dump errors, the legacy format,
+ * PROFMALLOC_DUMP at exit and malformed options.
+ * Sites are told apart by function name (filled in-process by the writer).
+ * Each test uses its own sites, so cumulative counts start at zero. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "profmalloc.h"
+#include "profile_reader.h"
+
+/* prof_chain.c, built with -fomit-frame-pointer */
+void *chain_a(size_t size);
+
+static char g_dir[PATH_MAX];
+static char g_exe[PATH_MAX];
+
+static const char *path_in_dir(const char *name)
+{
+    static char buf[4][PATH_MAX + 64];
+    static int next;
+    char *p = buf[next++ & 3];
+    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+enum { ALLOC_OBJ, ALLOC_BYTES, INUSE_OBJ, INUSE_BYTES };
+
+/* Sums the four values of every sample whose stack passes through fn. */
+static void site_totals(const tprof_t *p, const char *fn, uint64_t out[4])
+{
+    memset(out, 0, 4 * sizeof out[0]);
+    for (size_t i = 0; i < p->ns; i++) {
+        const tsample_t *s = &p->s[i];
+        int hit = 0;
+        for (size_t k = 0; k < s->locs.n && !hit; k++) {
+            const char *name = loc_func_name(p, loc_by_id(p, s->locs.v[k]));
+            hit = name && strcmp(name, fn) == 0;
+        }
+        if (hit)
+            for (int v = 0; v < 4; v++) out[v] += s->vals.v[v];
+    }
+}
+
+static void dump_and_load(tprof_t *p, const char *name)
+{
+    const char *path = path_in_dir(name);
+    assert_int_equal(profmalloc_dump(path), 0);
+    load_profile(p, path, NULL);
+    assert_int_equal(p->nst, 4);
+    assert_string_equal(S(p, p->st[0].type), "alloc_objects");
+    assert_string_equal(S(p, p->st[3].type), "inuse_space");
+    assert_string_equal(S(p, p->pt.type), "space");
+}
+
+static void assert_near(uint64_t got, double want, double tol, const char *what)
+{
+    double lo = want * (1 - tol), hi = want * (1 + tol);
+    if (!((double)got >= lo && (double)got <= hi))
+        fail_msg("%s: estimate %llu outside [%.0f, %.0f] (truth %.0f)", what,
+                 (unsigned long long)got, lo, hi, want);
+}
+
+/* ---- sites of known size ------------------------------------------------ */
+
+/* Stops the compiler from deleting a malloc/free pair as dead code. */
+static void *volatile sink;
+static void churn(size_t size) { sink = malloc(size); free(sink); }
+
+static void *keep[100000];
+static void *keep_pages[400];
+static void *keep_large[20];
+
+__attribute__((noinline)) static void site_small_keep(int n)
+{
+    for (int i = 0; i < n; i++) keep[i] = malloc(200);
+}
+
+__attribute__((noinline)) static void site_small_free(int n)
+{
+    for (int i = 0; i < n; i++) churn(100);
+}
+
+__attribute__((noinline)) static void site_pages(int n)
+{
+    for (int i = 0; i < n; i++) keep_pages[i] = malloc(40000);
+    for (int i = 0; i < n; i += 2) {
+        free(keep_pages[i]);
+        keep_pages[i] = NULL;
+    }
+}
+
+__attribute__((noinline)) static void site_large(int n)
+{
+    for (int i = 0; i < n; i++) {
+        keep_large[i] = malloc(1 << 20);
+        memset(keep_large[i], 1, 4096);
+    }
+    for (int i = 0; i < n; i += 2) {
+        free(keep_large[i]);
+        keep_large[i] = NULL;
+    }
+}
+
+static void free_kept(void)
+{
+    for (size_t i = 0; i < 100000; i++) free(keep[i]), keep[i] = NULL;
+    for (size_t i = 0; i < 400; i++) free(keep_pages[i]), keep_pages[i] = NULL;
+    for (size_t i = 0; i < 20; i++) free(keep_large[i]), keep_large[i] = NULL;
+}
+
+static void test_estimates_at_moderate_rate(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(16384);
+    site_small_keep(50000);   /* 10 MB live: ~610 samples */
+    site_small_free(100000);  /* 10 MB allocated, all freed */
+    site_pages(400);          /* 16 MB allocated, 8 MB live */
+    site_large(20);           /* 20 MiB allocated, 10 MiB live */
+    tprof_t p;
+    dump_and_load(&p, "prof-moderate.pb.gz");
+    assert_int_equal(p.period, 16384);
+    uint64_t v[4];
+    site_totals(&p, "site_small_keep", v);
+    assert_near(v[ALLOC_BYTES], 50000.0 * 200, 0.2, "small_keep alloc bytes");
+    assert_near(v[INUSE_BYTES], 50000.0 * 200, 0.2, "small_keep live bytes");
+    assert_near(v[INUSE_OBJ], 50000, 0.2, "small_keep live objects");
+    site_totals(&p, "site_small_free", v);
+    assert_near(v[ALLOC_BYTES], 100000.0 * 100, 0.2, "small_free alloc bytes");
+    assert_int_equal(v[INUSE_BYTES], 0);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    site_totals(&p, "site_pages", v);
+    assert_near(v[ALLOC_BYTES], 400.0 * 40000, 0.2, "pages alloc bytes");
+    assert_near(v[INUSE_BYTES], 200.0 * 40000, 0.25, "pages live bytes");
+    site_totals(&p, "site_large", v);
+    assert_near(v[ALLOC_BYTES], 20.0 * (1 << 20), 0.02, "large alloc bytes");
+    assert_near(v[INUSE_BYTES], 10.0 * (1 << 20), 0.02, "large live bytes");
+    /* the exact totals ride along as comments */
+    int found = 0;
+    for (size_t i = 0; i < p.comments.n; i++)
+        found |= strncmp(S(&p, p.comments.v[i]), "profmalloc: in_use=", 19) == 0;
+    assert_true(found);
+    free_profile(&p);
+    free_kept();
+}
+
+__attribute__((noinline)) static void exact_keep(int n) { for (int i = 0; i < n; i++) keep[i] = malloc(24); }
+__attribute__((noinline)) static void exact_free(int n) { for (int i = 0; i < n; i++) churn(3000); }
+__attribute__((noinline)) static void exact_large(int n)
+{
+    for (int i = 0; i < n; i++) keep_large[i] = malloc(300000);
+}
+
+static void test_exact_at_rate_one(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    exact_keep(30000);
+    exact_free(20000);
+    exact_large(7);
+    profmalloc_stats_t st;
+    profmalloc_get_stats(&st);
+    assert_true(st.samples_live >= 30007);
+    tprof_t p;
+    dump_and_load(&p, "prof-exact.pb.gz");
+    uint64_t v[4];
+    site_totals(&p, "exact_keep", v);
+    assert_int_equal(v[ALLOC_OBJ], 30000);
+    assert_int_equal(v[ALLOC_BYTES], 30000 * 24);
+    assert_int_equal(v[INUSE_OBJ], 30000);
+    assert_int_equal(v[INUSE_BYTES], 30000 * 24);
+    site_totals(&p, "exact_free", v);
+    assert_int_equal(v[ALLOC_OBJ], 20000);
+    assert_int_equal(v[ALLOC_BYTES], 20000 * 3000);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    assert_int_equal(v[INUSE_BYTES], 0);
+    site_totals(&p, "exact_large", v);
+    assert_int_equal(v[ALLOC_OBJ], 7);
+    assert_int_equal(v[INUSE_BYTES], 7 * 300000);
+    free_profile(&p);
+    free_kept();
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+/* ---- stacks --------------------------------------------------------------- */
+
+static int stack_has_in_order(const tprof_t *p, const char *const *names, int n)
+{
+    for (size_t i = 0; i < p->ns; i++) {
+        const tsample_t *s = &p->s[i];
+        int next = 0;
+        for (size_t k = 0; k < s->locs.n && next < n; k++) {
+            const char *name = loc_func_name(p, loc_by_id(p, s->locs.v[k]));
+            if (name && strcmp(name, names[next]) == 0) next++;
+            else if (next > 0) break; /* the chain must be contiguous */
+        }
+        if (next == n) return 1;
+    }
+    return 0;
+}
+
+__attribute__((noinline)) static void call_chain(void) { free(chain_a(777)); }
+
+static void test_stack_without_frame_pointers(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    call_chain();
+    tprof_t p;
+    dump_and_load(&p, "prof-chain.pb.gz");
+    const char *want[] = {"chain_c", "chain_b", "chain_a", "call_chain"};
+    assert_true(stack_has_in_order(&p, want, 4));
+    /* the leaf is the user's function: no allocator frame is left */
+    for (size_t i = 0; i < p.ns; i++) {
+        const char *leaf = loc_func_name(&p, loc_by_id(&p, p.s[i].locs.v[0]));
+        if (leaf) {
+            assert_true(strcmp(leaf, "malloc") != 0);
+            assert_true(strncmp(leaf, "pm_", 3) != 0);
+        }
+    }
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+static ucontext_t main_ctx, co_ctx;
+static int co_done;
+
+__attribute__((noinline)) static void on_coroutine(void)
+{
+    for (int i = 0; i < 100; i++) churn(64 + (size_t)i);
+    churn(4096);
+    co_done = 1;
+    swapcontext(&co_ctx, &main_ctx);
+}
+
+static void test_makecontext_stack(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    size_t sz = 256 * 1024;
+    char *stack = malloc(sz);
+    getcontext(&co_ctx);
+    co_ctx.uc_stack.ss_sp = stack;
+    co_ctx.uc_stack.ss_size = sz;
+    co_ctx.uc_link = &main_ctx;
+    makecontext(&co_ctx, on_coroutine, 0);
+    swapcontext(&main_ctx, &co_ctx);
+    assert_true(co_done);
+    tprof_t p;
+    dump_and_load(&p, "prof-coroutine.pb.gz");
+    uint64_t v[4];
+    site_totals(&p, "on_coroutine", v);
+    assert_int_equal(v[ALLOC_OBJ], 101);
+    free_profile(&p);
+    free(stack);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+/* ---- concurrency, fork, realloc, cross-thread free ------------------------ */
+
+static volatile int stop_workers;
+
+__attribute__((noinline)) static void *worker(void *arg)
+{
+    unsigned x = (unsigned)(uintptr_t)arg;
+    void *slots[256] = {0};
+    while (!stop_workers) {
+        x = x * 1103515245u + 12345u;
+        unsigned k = (x >> 8) & 255;
+        free(slots[k]);
+        slots[k] = malloc(16 + (x >> 16) % 5000);
+    }
+    for (int k = 0; k < 256; k++) free(slots[k]);
+    return NULL;
+}
+
+static void test_dump_while_threads_allocate(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(4096);
+    pthread_t th[2];
+    stop_workers = 0;
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+    for (int round = 0; round < 15; round++) {
+        tprof_t p;
+        dump_and_load(&p, "prof-concurrent.pb.gz"); /* integrity checked inside */
+        free_profile(&p);
+    }
+    stop_workers = 1;
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    tprof_t p;
+    dump_and_load(&p, "prof-concurrent.pb.gz");
+    uint64_t v[4];
+    site_totals(&p, "worker", v);
+    assert_true(v[ALLOC_OBJ] > 0);
+    assert_int_equal(v[INUSE_OBJ], 0); /* the workers freed everything */
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+__attribute__((noinline)) static void child_site(void) { keep[0] = malloc(123456); }
+
+static void test_fork_child_dumps_its_own(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    pthread_t th;
+    stop_workers = 0;
+    pthread_create(&th, NULL, worker, (void *)7);
+    const char *child_path = path_in_dir("prof-child.pb.gz");
+    unlink(child_path);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        child_site();
+        _exit(profmalloc_dump(child_path) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    stop_workers = 1;
+    pthread_join(th, NULL);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    tprof_t p;
+    load_profile(&p, child_path, NULL);
+    uint64_t v[4];
+    site_totals(&p, "child_site", v);
+    assert_int_equal(v[INUSE_BYTES], 123456);
+    free_profile(&p);
+    dump_and_load(&p, "prof-parent.pb.gz"); /* the parent never ran child_site */
+    site_totals(&p, "child_site", v);
+    assert_int_equal(v[ALLOC_OBJ], 0);
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+__attribute__((noinline)) static void realloc_site(void)
+{
+    char *s = malloc(100);
+    strcpy(s, "grow me");
+    s = realloc(s, 5000);  /* moves: a new sampled block, the old one freed */
+    s = realloc(s, 300000);
+    assert_string_equal(s, "grow me");
+    free(s);
+}
+
+static void test_realloc_of_sampled_blocks(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    realloc_site();
+    tprof_t p;
+    dump_and_load(&p, "prof-realloc.pb.gz");
+    uint64_t v[4];
+    site_totals(&p, "realloc_site", v);
+    assert_int_equal(v[ALLOC_OBJ], 3);
+    assert_int_equal(v[ALLOC_BYTES], 100 + 5000 + 300000);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+static void *freer(void *arg)
+{
+    void **blocks = arg;
+    for (int i = 0; i < 5000; i++) free(blocks[i]);
+    return NULL;
+}
+
+__attribute__((noinline)) static void xthread_site(void **blocks)
+{
+    for (int i = 0; i < 5000; i++) blocks[i] = malloc(48 + (size_t)(i % 3) * 1000);
+}
+
+static void test_free_from_another_thread(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    xthread_site(keep);
+    pthread_t th;
+    pthread_create(&th, NULL, freer, keep);
+    pthread_join(th, NULL);
+    memset(keep, 0, 5000 * sizeof keep[0]);
+    tprof_t p;
+    dump_and_load(&p, "prof-xthread.pb.gz");
+    uint64_t v[4];
+    site_totals(&p, "xthread_site", v);
+    assert_int_equal(v[ALLOC_OBJ], 5000);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    assert_int_equal(v[INUSE_BYTES], 0);
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+/* ---- files, formats, options ---------------------------------------------- */
+
+static void test_dump_errors_leave_nothing(void **state)
+{
+    (void)state;
+    errno = 0;
+    assert_int_equal(profmalloc_dump(path_in_dir("no-such-dir/x.pb.gz")), -1);
+    assert_int_equal(errno, ENOENT);
+    /* the target is a directory: writing works, the rename fails */
+    const char *dir = path_in_dir("prof-target-dir");
+    mkdir(dir, 0755);
+    errno = 0;
+    assert_int_equal(profmalloc_dump(dir), -1);
+    assert_true(errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST);
+    struct stat sb;
+    assert_int_equal(stat(dir, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    char tmp[PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+    assert_int_equal(access(tmp, F_OK), -1); /* no temporary left behind */
+    errno = 0;
+    assert_int_equal(profmalloc_dump_fd(-1, PROFMALLOC_FORMAT_PPROF), -1);
+    assert_int_equal(errno, EBADF);
+    assert_int_equal(profmalloc_dump_fd(1, 42), -1);
+    assert_int_equal(errno, EINVAL);
+}
+
+static void test_legacy_format_by_name(void **state)
+{
+    (void)state;
+    const char *path = path_in_dir("prof-legacy.heap");
+    assert_int_equal(profmalloc_dump(path), 0);
+    size_t len;
+    uint8_t *text = slurp(path, &len);
+    assert_true(strncmp((char *)text, "heap profile:", 13) == 0);
+    assert_non_null(strstr((char *)text, "\nMAPPED_LIBRARIES:\n"));
+    free(text);
+}
+
+static char *run_self(const char *env, const char *mode, int *status)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>&1", env, g_exe, mode);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t r;
+    while ((r = fread(out + n, 1, cap - 1 - n, f)) > 0) n += r;
+    out[n] = 0;
+    *status = pclose(f);
+    return out;
+}
+
+static void test_dump_at_exit_with_pid(void **state)
+{
+    (void)state;
+    char env[PATH_MAX + 64];
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/prof-exit.%%p.pb.gz'", g_dir);
+    int status;
+    char *out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    int pid = atoi(out);
+    assert_true(pid > 0);
+    char name[64];
+    snprintf(name, sizeof name, "prof-exit.%d.pb.gz", pid);
+    tprof_t p;
+    load_profile(&p, path_in_dir(name), NULL);
+    uint64_t v[4];
+    site_totals(&p, "exit_site", v);
+    assert_true(v[INUSE_BYTES] >= 8u << 20);
+    free_profile(&p);
+    free(out);
+}
+
+static void test_malformed_option_reported_once(void **state)
+{
+    (void)state;
+    int status;
+    char *out = run_self("PROFMALLOC_SAMPLE_RATE=12x", "--print-rate", &status);
+    assert_int_equal(status, 0);
+    const char *msg = "ignoring malformed PROFMALLOC_SAMPLE_RATE";
+    char *first = strstr(out, msg);
+    assert_non_null(first);
+    assert_null(strstr(first + 1, msg));
+    assert_non_null(strstr(out, "rate=524288"));
+    free(out);
+    out = run_self("PROFMALLOC_SAMPLE_RATE=2M", "--print-rate", &status);
+    assert_non_null(strstr(out, "rate=2097152"));
+    assert_null(strstr(out, "malformed"));
+    free(out);
+}
+
+static void test_go_pprof_shows_sites(void **state)
+{
+    (void)state;
+    if (system("command -v go >/dev/null 2>&1") != 0) skip();
+    profmalloc_set_sample_rate(1);
+    site_small_keep(1000);
+    const char *path = path_in_dir("prof-go.pb.gz");
+    assert_int_equal(profmalloc_dump(path), 0);
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "go tool pprof -top -sample_index=inuse_space '%s' '%s' 2>&1", g_exe, path);
+    FILE *f = popen(cmd, "r");
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    assert_int_equal(pclose(f), 0);
+    assert_non_null(strstr(buf, "site_small_keep"));
+    free_kept();
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+__attribute__((noinline)) static void exit_site(void) { keep[0] = malloc(8u << 20); }
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--print-pid-and-exit") == 0) {
+        profmalloc_set_sample_rate(1);
+        exit_site();
+        printf("%d\n", (int)getpid());
+        return 0; /* exit() runs the dump */
+    }
+    if (argc > 1 && strcmp(argv[1], "--print-rate") == 0) {
+        churn(10); /* options are read at the first allocation */
+        printf("rate=%zu\n", profmalloc_get_sample_rate());
+        return 0;
+    }
+    if (!realpath("/proc/self/exe", g_exe)) return 2;
+    snprintf(g_dir, sizeof g_dir, "%s", g_exe);
+    *strrchr(g_dir, '/') = 0;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_estimates_at_moderate_rate),
+        cmocka_unit_test(test_exact_at_rate_one),
+        cmocka_unit_test(test_stack_without_frame_pointers),
+        cmocka_unit_test(test_makecontext_stack),
+        cmocka_unit_test(test_dump_while_threads_allocate),
+        cmocka_unit_test(test_fork_child_dumps_its_own),
+        cmocka_unit_test(test_realloc_of_sampled_blocks),
+        cmocka_unit_test(test_free_from_another_thread),
+        cmocka_unit_test(test_dump_errors_leave_nothing),
+        cmocka_unit_test(test_legacy_format_by_name),
+        cmocka_unit_test(test_dump_at_exit_with_pid),
+        cmocka_unit_test(test_malformed_option_reported_once),
+        cmocka_unit_test(test_go_pprof_shows_sites),
+    };
+    return cmocka_run_group_tests_name("profiler", tests, NULL, NULL);
+}
