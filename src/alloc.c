@@ -46,7 +46,7 @@ static int sample_tick(pm_tcache_t *t, size_t size)
 
 static void *alloc_large(size_t size, size_t align_pages, int zero)
 {
-    size_t n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
+    size_t n = size ? (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
     pm_span_t *s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages)
                                    : pm_pageheap_alloc(n);
     if (!s) return enomem();

@@ -101,16 +101,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     return chain;
 }
 
-void pm_central_put(unsigned cls, void *chain, uint32_t n)
+/* Puts a chain of n objects back into their spans, unlocks c, and gives
+ * the spans that became empty back to the page heap. */
+static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
 {
-    pm_central_t *c = &pm_central[cls];
-    pm_lock(&c->lock);
-    c->out -= n;
-    if (n == pm_class_batch[cls] && c->nslots < c->max_slots) {
-        c->slots[c->nslots++] = chain;
-        pm_unlock(&c->lock);
-        return;
-    }
     pm_span_t *empty = NULL;
     c->span_free += n;
     while (chain) {
@@ -135,6 +129,35 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
         empty = s->next;
         pm_pagemap_set_class(s->page, s->npages, 0);
         pm_pageheap_free(s);
+    }
+}
+
+void pm_central_put(unsigned cls, void *chain, uint32_t n)
+{
+    pm_central_t *c = &pm_central[cls];
+    pm_lock(&c->lock);
+    c->out -= n;
+    if (n == pm_class_batch[cls] && c->nslots < c->max_slots) {
+        c->slots[c->nslots++] = chain;
+        pm_unlock(&c->lock);
+        return;
+    }
+    return_to_spans_locked(c, chain, n); /* drops the lock */
+}
+
+/* Moves every parked batch back into its spans, so that spans whose
+ * objects are all home can return to the page heap (malloc_trim). */
+void pm_central_drain(void)
+{
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_central_t *c = &pm_central[cls];
+        pm_lock(&c->lock);
+        while (c->nslots) {
+            void *chain = c->slots[--c->nslots];
+            return_to_spans_locked(c, chain, pm_class_batch[cls]);
+            pm_lock(&c->lock);
+        }
+        pm_unlock(&c->lock);
     }
 }
 

@@ -95,7 +95,7 @@ int pm_fmt_parse_size(const char *s, uint64_t *out)
     case 't': case 'T': shift = 40; s++; break;
     default: break;
     }
-    if (shift && *s == 'i') s++;
+    if (shift && (*s == 'i' || *s == 'I')) s++;
     if (*s == 'b' || *s == 'B') s++;
     if (*s) return -1;
     if (shift && v > (UINT64_MAX >> shift)) return -1;

@@ -15,12 +15,20 @@
 #include <errno.h>
 #include <fcntl.h>
 
+/* A call stack, interned: buckets of many sizes share it. */
+typedef struct stack {
+    struct stack *next;           /* hash chain */
+    uint64_t hash;
+    uint32_t depth;
+    uintptr_t pcs[];              /* depth return addresses, leaf first */
+} stack_t;
+
+/* One (stack, requested size) pair: pprof's "bytes" label is exact. */
 typedef struct bucket {
     struct bucket *next;          /* hash chain */
-    uint64_t hash, size;
+    const stack_t *stack;
+    uint64_t size;
     double alloc_objects, alloc_bytes, free_objects, free_bytes;
-    uint32_t depth;
-    uintptr_t pcs[PM_STACK_MAX];
 } bucket_t;
 
 /* A live sampled block (bucket != NULL), or the count of live sampled
@@ -36,7 +44,10 @@ typedef struct record {
 } record_t;
 
 #define BUCKET_HEADS (1u << 16)
+#define STACK_HEADS (1u << 14)
 #define POOL_CHUNK 64
+#define ARENA_CHUNK ((size_t)64 * 1024)
+#define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
 
 static struct {
@@ -47,7 +58,8 @@ static struct {
     uint64_t nheads, nrecords;    /* records include per-page counts */
     uint64_t nlive;               /* live sampled blocks */
     record_t *free_records;
-    bucket_t *free_buckets;       /* linked through next */
+    stack_t **stacks;             /* STACK_HEADS chains */
+    char *arena, *arena_end;      /* bump memory for stacks and buckets */
     uint64_t start_ns;
 } prof = {.lock = PM_LOCK_INIT};
 
@@ -76,16 +88,18 @@ uint64_t pm_heapprof_live_samples(void)
 static int ensure_locked_or_refill(void)
 {
     if (!prof.buckets) {
+        size_t bytes = BUCKET_HEADS * sizeof(bucket_t *) + STACK_HEADS * sizeof(stack_t *);
         pm_unlock(&prof.lock);
-        bucket_t **heads = pm_os_map(BUCKET_HEADS * sizeof *heads, 0);
+        char *heads = pm_os_map(bytes, 0);
         pm_lock(&prof.lock);
         if (!heads) return -1;
         if (prof.buckets) {
             pm_unlock(&prof.lock);
-            pm_os_unmap(heads, BUCKET_HEADS * sizeof *heads);
+            pm_os_unmap(heads, bytes);
             pm_lock(&prof.lock);
         } else {
-            prof.buckets = heads;
+            prof.buckets = (bucket_t **)heads;
+            prof.stacks = (stack_t **)(heads + BUCKET_HEADS * sizeof(bucket_t *));
         }
         return 1;
     }
@@ -119,23 +133,32 @@ static int ensure_locked_or_refill(void)
         }
         return 1;
     }
-    if (!prof.free_records || !prof.free_records->next || !prof.free_buckets) {
+    if (!prof.free_records || !prof.free_records->next ||
+        (size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
         pm_unlock(&prof.lock);
         record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
-        bucket_t *b = pm_meta_alloc(4 * sizeof *b);
+        char *arena = pm_meta_alloc(ARENA_CHUNK);
         pm_lock(&prof.lock);
-        if (!r || !b) return -1;
+        if (!r || !arena) return -1;
         for (int i = 0; i < POOL_CHUNK; i++) {
             r[i].next = prof.free_records;
             prof.free_records = &r[i];
         }
-        for (int i = 0; i < 4; i++) {
-            b[i].next = prof.free_buckets;
-            prof.free_buckets = &b[i];
+        if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+            prof.arena = arena;
+            prof.arena_end = arena + ARENA_CHUNK;
         }
         return 1;
     }
     return 0;
+}
+
+static void *arena_take_locked(size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    void *p = prof.arena;
+    prof.arena += bytes;
+    return p;
 }
 
 /* Takes prof_lock with the tables ready for one more record and bucket. */
@@ -151,22 +174,34 @@ static int lock_ready(void)
     return 0;
 }
 
+static const stack_t *stack_for_locked(const uintptr_t *pcs, uint32_t depth)
+{
+    uint64_t h = mix(depth);
+    for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
+    stack_t **head = &prof.stacks[h & (STACK_HEADS - 1)];
+    for (stack_t *st = *head; st; st = st->next) {
+        if (st->hash != h || st->depth != depth) continue;
+        uint32_t i = 0;
+        while (i < depth && st->pcs[i] == pcs[i]) i++;
+        if (i == depth) return st;
+    }
+    stack_t *st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
+    st->hash = h;
+    st->depth = depth;
+    for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
+    st->next = *head;
+    *head = st;
+    return st;
+}
+
 static bucket_t *bucket_for_locked(const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
-    uint64_t h = mix(size);
-    for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
-    bucket_t **head = &prof.buckets[h & (BUCKET_HEADS - 1)];
-    for (bucket_t *b = *head; b; b = b->next) {
-        if (b->hash != h || b->size != size || b->depth != depth) continue;
-        uint32_t i = 0;
-        while (i < depth && b->pcs[i] == pcs[i]) i++;
-        if (i == depth) return b;
-    }
-    bucket_t *b = prof.free_buckets;
-    prof.free_buckets = b->next;
-    *b = (bucket_t){.hash = h, .size = size, .depth = depth};
-    for (uint32_t i = 0; i < depth; i++) b->pcs[i] = pcs[i];
-    b->next = *head;
+    const stack_t *st = stack_for_locked(pcs, depth);
+    bucket_t **head = &prof.buckets[mix(st->hash ^ mix(size)) & (BUCKET_HEADS - 1)];
+    for (bucket_t *b = *head; b; b = b->next)
+        if (b->stack == st && b->size == size) return b;
+    bucket_t *b = arena_take_locked(sizeof *b);
+    *b = (bucket_t){.stack = st, .size = size, .next = *head};
     *head = b;
     prof.nbuckets++;
     return b;
@@ -315,7 +350,7 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
         for (uint64_t h = 0; prof.buckets && h < BUCKET_HEADS; h++) {
             for (bucket_t *b = prof.buckets[h]; b; b = b->next) {
                 uintptr_t *pcs = stacks + n * PM_STACK_MAX;
-                for (uint32_t i = 0; i < b->depth; i++) pcs[i] = b->pcs[i];
+                for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
                 double live_objects = b->alloc_objects - b->free_objects;
                 double live_bytes = b->alloc_bytes - b->free_bytes;
                 samples[n++] = (pm_prof_sample_t){
@@ -324,7 +359,7 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
                     .inuse_objects = round_est(live_objects),
                     .inuse_bytes = round_est(live_bytes),
                     .size = b->size,
-                    .depth = b->depth,
+                    .depth = b->stack->depth,
                     .pcs = pcs,
                 };
             }

@@ -31,8 +31,9 @@ void *pm_os_map(size_t size, size_t align)
     size = (size + os_page - 1) & ~(os_page - 1);
     size_t want = size + (align > os_page ? align - os_page : 0);
     if (want < size) return NULL;
-    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* no MAP_NORESERVE: the kernel's overcommit check must be able to say
+     * no, so that an impossible malloc fails with ENOMEM as in glibc */
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     uintptr_t start = (uintptr_t)p;
     uintptr_t aligned = (start + align - 1) & ~(uintptr_t)(align - 1);

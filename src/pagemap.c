@@ -1,6 +1,6 @@
 /* pagemap.c — a two-level radix tree from page number to span, with a
- * parallel byte per page holding the size class so free() finds a small
- * block's class with two loads.  Leaves (2.25 MiB of address space each,
+ * parallel 16-bit word per page holding the size class and the page's
+ * index in its span, so free() checks a small block with two loads.  Leaves (2.25 MiB of address space each,
  * touched sparsely) come from mmap and are published with a CAS, so
  * lookups take no lock and never see a half-built leaf.
  * Entries are written by the page heap (under its lock) and the central
@@ -37,16 +37,17 @@ void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls)
 {
     for (size_t i = 0; i < n; i++) {
         pm_leaf_t *leaf = pm_pagemap_leaf(page + i);
-        atomic_store_explicit((_Atomic uint8_t *)&leaf->cls[(page + i) & LEAF_MASK], cls,
+        uint16_t info = cls ? (uint16_t)(cls | i << 8) : 0;
+        atomic_store_explicit((_Atomic uint16_t *)&leaf->info[(page + i) & LEAF_MASK], info,
                               memory_order_relaxed);
     }
 }
 
 void pm_pagemap_mark_sampled(uintptr_t page, int on)
 {
-    _Atomic uint8_t *cls = (_Atomic uint8_t *)&pm_pagemap_leaf(page)->cls[page & LEAF_MASK];
-    if (on) atomic_fetch_or_explicit(cls, PM_SAMPLED_PAGE, memory_order_relaxed);
-    else atomic_fetch_and_explicit(cls, (uint8_t)~PM_SAMPLED_PAGE, memory_order_relaxed);
+    _Atomic uint16_t *info = (_Atomic uint16_t *)&pm_pagemap_leaf(page)->info[page & LEAF_MASK];
+    if (on) atomic_fetch_or_explicit(info, PM_SAMPLED_PAGE, memory_order_relaxed);
+    else atomic_fetch_and_explicit(info, (uint16_t)~PM_SAMPLED_PAGE, memory_order_relaxed);
 }
 
 uint64_t pm_pagemap_bytes(void) { return pm_relaxed_load(&leaf_bytes); }

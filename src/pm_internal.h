@@ -57,6 +57,8 @@ extern uint8_t pm_class_index[PM_CLASS_SLOTS];
 extern uint32_t pm_class_size[PM_CLASS_MAX];
 extern uint16_t pm_class_pages[PM_CLASS_MAX];
 extern uint16_t pm_class_batch[PM_CLASS_MAX];
+/* ceil(2^64 / size): n % size == 0  <=>  n * magic <= magic - 1 (mod 2^64) */
+extern uint64_t pm_class_magic[PM_CLASS_MAX];
 extern uint32_t pm_class_count;          /* classes are 1 .. pm_class_count-1 */
 void pm_sizeclass_init(void);
 
@@ -72,9 +74,12 @@ PM_INLINE unsigned pm_sizeclass_of(size_t size) /* size <= PM_MAX_SMALL */
 /* ---- pagemap.c: page number → span, and → size class ---------------- */
 #define PM_LEAF_BITS 18
 #define PM_ROOT_BITS (PM_ADDR_BITS - PM_PAGE_SHIFT - PM_LEAF_BITS)
-#define PM_SAMPLED_PAGE 0x80   /* class byte flag: a sampled block lives here */
+#define PM_SAMPLED_PAGE 0x80   /* info flag: a live sampled block is on this page */
+/* info[page]: low byte = size class (0: not a small-object page) with the
+ * PM_SAMPLED_PAGE flag; high byte = the page's index within its span, so
+ * free can tell an object's start from an interior pointer. */
 typedef struct pm_leaf {
-    uint8_t cls[1 << PM_LEAF_BITS];         /* 0: not a small-object page */
+    uint16_t info[1 << PM_LEAF_BITS];
     pm_span_t *span[1 << PM_LEAF_BITS];
 } pm_leaf_t;
 extern pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
@@ -119,6 +124,7 @@ void pm_central_init(void);
  * word and sets *got, or returns NULL when memory is exhausted. */
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
+void pm_central_drain(void);
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);
 
@@ -156,7 +162,7 @@ PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    return (pm_pagemap_leaf(page)->cls[page & ((1u << PM_LEAF_BITS) - 1)] & PM_SAMPLED_PAGE) != 0;
+    return (pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)] & PM_SAMPLED_PAGE) != 0;
 }
 void pm_heapprof_init(void);
 void pm_heapprof_at_exit(void);
@@ -226,9 +232,14 @@ PM_INLINE void pm_free_inline(void *p)
     uintptr_t a = (uintptr_t)p;
     pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {
-        unsigned cls = leaf->cls[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)];
-        /* class 1..127: a small block on a page without samples */
-        if (PM_LIKELY((int8_t)cls > 0 && (a & (PM_ALIGNMENT - 1)) == 0)) {
+        unsigned info = leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)];
+        unsigned cls = info & 0xff;
+        /* offset from the span's start: page index, then offset in page */
+        uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
+        /* class 1..127 (a small block on a page without samples), at an
+         * object's start (a divisibility test by multiplication) */
+        if (PM_LIKELY((int8_t)cls > 0 &&
+                      offset * pm_class_magic[cls] <= pm_class_magic[cls] - 1)) {
             pm_tlist_t *l = &pm_tls.list[cls];
             if (PM_LIKELY(l->len < l->max_len && p != l->head)) {
                 *(void **)p = l->head;

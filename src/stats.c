@@ -63,6 +63,7 @@ int pm_malloc_trim(size_t pad)
     /* the calling thread's cache first, so its blocks can free spans */
     pm_tcache_t *t = &pm_tls;
     if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
+    pm_central_drain();
     profmalloc_stats_t before;
     pm_stats_collect(&before);
     pm_pageheap_release_all();

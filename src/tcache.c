@@ -179,6 +179,7 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
         l->max_len -= batch;
         t->capacity -= (size_t)batch * pm_class_size[cls];
         t->overflows[cls] = 0;
+        if (l->len > l->max_len) release(l, cls, l->len - l->max_len);
     }
 }
 

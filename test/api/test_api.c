@@ -1,0 +1,1189 @@
+/* test_api.c — conformance of profmalloc's public malloc API with glibc's
+ * semantics (see the reference notes, sections 1 and 2).
+ *
+ * The same source is built twice: linked with -lprofmalloc (PM_TEST_LINKED
+ * defined) and as a plain program that is run with LD_PRELOAD.  Everything
+ * profmalloc-specific is reached through dlsym(RTLD_DEFAULT, ...), so the
+ * plain build also passes on glibc alone (profmalloc-only checks are then
+ * skipped).  The linked build, or the environment variable
+ * PM_TEST_REQUIRE_PROFMALLOC=1, makes a missing profmalloc a failure.
+ *
+ * Build with -fno-builtin-malloc/-calloc/-realloc/-free so the compiler keeps
+ * every call the test makes. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "profmalloc.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+typedef int (*get_stats_fn)(profmalloc_stats_t *);
+
+static get_stats_fn pm_stats_fn; /* NULL when profmalloc is not active */
+static int require_pm;
+
+/* Sizes kept in volatile objects so the compiler can neither fold nor warn
+ * about the impossible requests. */
+static volatile size_t v_size_max = SIZE_MAX;
+static volatile size_t v_ptrdiff_max = PTRDIFF_MAX;
+static volatile size_t v_half = SIZE_MAX / 2;
+
+static void *volatile sink; /* defeats dead-store elimination */
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+#define REQUIRE_PM()                                                           \
+    do {                                                                       \
+        if (!pm_stats_fn) {                                                    \
+            print_message("    (profmalloc not active: check skipped)\n");     \
+            skip();                                                            \
+        }                                                                      \
+    } while (0)
+
+static profmalloc_stats_t stats(void)
+{
+    profmalloc_stats_t s;
+    memset(&s, 0xff, sizeof s);
+    assert_non_null(pm_stats_fn);
+    assert_int_equal(pm_stats_fn(&s), 0);
+    return s;
+}
+
+/* Bytes the application holds: exact with profmalloc, from mallinfo2 on
+ * glibc (main arena plus mmapped chunks). */
+static size_t heap_in_use(void)
+{
+    if (pm_stats_fn) return (size_t)stats().in_use;
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static void fill(void *p, size_t n, unsigned seed)
+{
+    unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) c[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+}
+
+/* Returns the first index that differs, or (size_t)-1. */
+static size_t check_fill(const void *p, size_t n, unsigned seed)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != (unsigned char)(seed * 131u + i * 7u + (i >> 9))) return i;
+    return (size_t)-1;
+}
+
+#define assert_filled(p, n, seed) assert_true(check_fill((p), (n), (seed)) == (size_t)-1)
+
+static int all_zero(const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i]) return 0;
+    return 1;
+}
+
+#define assert_aligned(p, a) assert_int_equal((uintptr_t)(p) % (uintptr_t)(a), 0)
+
+static const size_t big_sizes[] = {
+    4097, 5000, 8191, 8192, 8193, 12345, 16 * KiB, 32 * KiB + 1, 65536,
+    100000, 128 * KiB, 200000, 256 * KiB - 1, 256 * KiB, 256 * KiB + 1,
+    300 * KiB, 1 * MiB, 1 * MiB + 17, 3 * MiB + 5, 10 * MiB,
+};
+
+/* ------------------------------------------------------------------------ */
+
+static void test_profmalloc_active(void **state)
+{
+    (void)state;
+    if (!pm_stats_fn) {
+        if (require_pm) fail_msg("profmalloc_get_stats not found: profmalloc is not the active allocator");
+        skip();
+    }
+    profmalloc_stats_t a = stats();
+    char *p = malloc(MiB);
+    assert_non_null(p);
+    memset(p, 1, MiB);
+    profmalloc_stats_t b = stats();
+    assert_true(b.in_use >= a.in_use + MiB);
+    assert_true(b.mapped >= b.in_use);
+    assert_true(b.resident_estimate <= b.mapped);
+    free(p);
+    profmalloc_stats_t c = stats();
+    assert_true(c.in_use + MiB <= b.in_use);
+#ifdef PM_TEST_LINKED
+    /* direct link-time reference resolves to the same function */
+    assert_true(pm_stats_fn == profmalloc_get_stats);
+#endif
+}
+
+static void test_alignment_all_small_sizes(void **state)
+{
+    (void)state;
+    enum { N = 4097 };
+    void **blk = calloc(N, sizeof *blk);
+    assert_non_null(blk);
+    for (size_t n = 0; n < N; n++) {
+        blk[n] = malloc(n);
+        assert_non_null(blk[n]);
+        assert_aligned(blk[n], 16);
+        size_t u = malloc_usable_size(blk[n]);
+        assert_true(u >= n);
+        fill(blk[n], u, (unsigned)n); /* writing the whole usable size is safe */
+    }
+    /* no two blocks overlap: every pattern survives all the other writes */
+    for (size_t n = 0; n < N; n++) assert_filled(blk[n], malloc_usable_size(blk[n]), (unsigned)n);
+    for (size_t n = 0; n < N; n++) free(blk[n]);
+    free(blk);
+}
+
+static void test_alignment_big_sizes(void **state)
+{
+    (void)state;
+    enum { NB = sizeof big_sizes / sizeof big_sizes[0] };
+    void *b[NB];
+    for (size_t i = 0; i < NB; i++) {
+        b[i] = malloc(big_sizes[i]);
+        assert_non_null(b[i]);
+        assert_aligned(b[i], 16);
+        size_t u = malloc_usable_size(b[i]);
+        assert_true(u >= big_sizes[i]);
+        fill(b[i], u, (unsigned)i);
+    }
+    for (size_t i = 0; i < NB; i++) {
+        assert_filled(b[i], malloc_usable_size(b[i]), (unsigned)i);
+        free(b[i]);
+    }
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_malloc_zero_unique(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = malloc(0);
+        assert_non_null(p[i]);
+        assert_aligned(p[i], 16);
+    }
+    void *s[N];
+    memcpy(s, p, sizeof s);
+    qsort(s, N, sizeof s[0], cmp_ptr);
+    for (int i = 1; i < N; i++) assert_true(s[i] != s[i - 1]);
+    for (int i = 0; i < N; i++) free(p[i]);
+}
+
+static void test_malloc_huge_enomem(void **state)
+{
+    (void)state;
+    const size_t bad[] = {v_size_max, v_ptrdiff_max + 1, v_ptrdiff_max, v_size_max - 4096,
+                          v_size_max - 15, v_ptrdiff_max - 8192, v_size_max / 3};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        errno = 0;
+        void *p = malloc(bad[i]);
+        assert_null(p);
+        assert_int_equal(errno, ENOMEM);
+    }
+}
+
+/* Total RAM + swap, or 0 when the kernel would grant any request anyway. */
+static size_t commit_limit_bytes(void)
+{
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    int mode = -1;
+    if (f) {
+        if (fscanf(f, "%d", &mode) != 1) mode = -1;
+        fclose(f);
+    }
+    if (mode != 0 && mode != 2) return 0; /* mode 1: always overcommit */
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return 0;
+    return ((size_t)si.totalram + si.totalswap) * si.mem_unit;
+}
+
+static void test_malloc_exceeding_memory(void **state)
+{
+    (void)state;
+    /* glibc fails requests the kernel's overcommit policy refuses (more than
+     * RAM + swap in the default heuristic mode) with ENOMEM; a drop-in must
+     * not hand out such a block instead (which the OOM killer collects when
+     * the program uses it) */
+    size_t limit = commit_limit_bytes();
+    if (!limit) {
+        print_message("    (overcommit_memory=1: the kernel grants anything; skipped)\n");
+        skip();
+    }
+    size_t n = (limit * 2 + MiB) & ~(MiB - 1);
+    if (n < ((size_t)1 << 40)) n = (size_t)1 << 40; /* 1 TiB at least */
+    print_message("    RAM+swap %zu MiB, asking for %zu GiB\n", limit / MiB, n >> 30);
+    errno = 0;
+    void *p = malloc(n);
+    if (p) {
+        free(p);
+        fail_msg("malloc(%zu) succeeded (glibc: NULL, ENOMEM)", n);
+    }
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    p = calloc(1, n);
+    if (p) {
+        free(p);
+        fail_msg("calloc(1, %zu) succeeded (glibc: NULL, ENOMEM)", n);
+    }
+    assert_int_equal(errno, ENOMEM);
+    char *q = malloc(100);
+    assert_non_null(q);
+    memset(q, 1, 100);
+    errno = 0;
+    p = realloc(q, n);
+    if (p) {
+        free(p);
+        fail_msg("realloc to %zu bytes succeeded", n);
+    }
+    assert_int_equal(errno, ENOMEM);
+    assert_int_equal(q[99], 1);
+    free(q);
+    void *a = NULL;
+    int rc = posix_memalign(&a, n, 64); /* an alignment that large needs n bytes */
+    if (rc == 0) free(a);
+    assert_int_equal(rc, ENOMEM);
+}
+
+static void test_calloc_overflow(void **state)
+{
+    (void)state;
+    const size_t pairs[][2] = {{v_half, 3}, {3, v_half}, {1, v_size_max},
+                               {v_size_max, 1}, {v_half + 1, 2},
+                               {(size_t)1 << 32, (size_t)1 << 32},
+                               {1, v_ptrdiff_max + 1}, {65537, 281470681808895ull}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        errno = 0;
+        void *p = calloc(pairs[i][0], pairs[i][1]);
+        assert_null(p);
+        assert_int_equal(errno, ENOMEM);
+    }
+    /* zero elements is fine */
+    void *z1 = calloc(0, v_size_max), *z2 = calloc(v_size_max, 0), *z3 = calloc(0, 0);
+    assert_non_null(z1);
+    assert_non_null(z2);
+    assert_non_null(z3);
+    free(z1);
+    free(z2);
+    free(z3);
+}
+
+static void test_calloc_zeroed_reuse_small(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1, 8, 16, 24, 32, 48, 64, 100, 128, 200, 256, 512, 1000,
+                                   1024, 2048, 4000, 4096, 8000, 8192, 16384, 32768,
+                                   65536, 100000, 200000, 262144};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        /* dirty a batch of blocks of this size (including their whole usable
+         * size) and free them; callocs of that size reuse them */
+        void *d[64];
+        for (int i = 0; i < 64; i++) {
+            d[i] = malloc(n);
+            assert_non_null(d[i]);
+            memset(d[i], 0xA5, malloc_usable_size(d[i]));
+        }
+        for (int i = 63; i >= 0; i--) free(d[i]);
+        for (int rep = 0; rep < 64; rep++) {
+            unsigned char *p = calloc(1, n);
+            assert_non_null(p);
+            assert_aligned(p, 16);
+            assert_true(all_zero(p, n));
+            memset(p, 0x5A, malloc_usable_size(p));
+            free(p);
+        }
+        /* many live at once, then as n elements of 1 byte */
+        for (int i = 0; i < 64; i++) {
+            d[i] = calloc(n, 1);
+            assert_non_null(d[i]);
+            assert_true(all_zero(d[i], n));
+            memset(d[i], 0xC3, n);
+        }
+        for (int i = 0; i < 64; i++) free(d[i]);
+    }
+}
+
+static void test_calloc_zeroed_large(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {256 * KiB + 1, 300 * KiB, 1 * MiB, 2 * MiB + 100, 8 * MiB, 33 * MiB};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        for (int rep = 0; rep < 4; rep++) {
+            unsigned char *d = malloc(n);
+            assert_non_null(d);
+            memset(d, 0xEE, malloc_usable_size(d));
+            free(d);
+            unsigned char *p = calloc(n / 16 + 1, 16);
+            assert_non_null(p);
+            assert_aligned(p, 16);
+            assert_true(all_zero(p, n));
+            memset(p, 0x77, n);
+            free(p);
+        }
+    }
+    /* a large block freed, then a smaller calloc carved out of the same pages */
+    unsigned char *big = malloc(4 * MiB);
+    assert_non_null(big);
+    memset(big, 0xFF, 4 * MiB);
+    free(big);
+    for (int i = 0; i < 16; i++) {
+        unsigned char *p = calloc(1, 256 * KiB + 8192 * (size_t)i + 1);
+        assert_non_null(p);
+        assert_true(all_zero(p, 256 * KiB + 8192 * (size_t)i + 1));
+        free(p);
+    }
+}
+
+static void test_realloc_null_and_zero(void **state)
+{
+    (void)state;
+    void *p = realloc(NULL, 100);
+    assert_non_null(p);
+    assert_aligned(p, 16);
+    assert_true(malloc_usable_size(p) >= 100);
+    memset(p, 1, 100);
+    free(p);
+
+    void *z = realloc(NULL, 0); /* == malloc(0): non-NULL */
+    assert_non_null(z);
+    free(z);
+
+    /* realloc(p, 0) frees p and returns NULL, for a small and a large block */
+    const size_t sizes[] = {64, 4000, MiB};
+    for (size_t i = 0; i < 3; i++) {
+        /* glibc counts its tcache blocks as in use: only the mmapped block
+         * shows up in its statistics */
+        if (!pm_stats_fn && sizes[i] < MiB) continue;
+        size_t before = heap_in_use();
+        void *q = malloc(sizes[i]);
+        assert_non_null(q);
+        memset(q, 2, sizes[i]);
+        size_t during = heap_in_use();
+        assert_true(during >= before + sizes[i]);
+        errno = 0;
+        void *r = realloc(q, 0);
+        assert_null(r);
+        size_t after = heap_in_use();
+        assert_true(after + sizes[i] <= during); /* it was freed */
+    }
+}
+
+static void test_realloc_preserves_contents(void **state)
+{
+    (void)state;
+    /* grow step by step from 1 byte to 1.5 MiB through every kind of block,
+     * then shrink back, checking the content each time */
+    size_t n = 1;
+    unsigned char *p = malloc(n);
+    assert_non_null(p);
+    fill(p, n, 99);
+    size_t steps = 0;
+    while (n < 1536 * KiB) {
+        size_t m = n + n / 3 + 1;
+        unsigned char *q = realloc(p, m);
+        assert_non_null(q);
+        assert_aligned(q, 16);
+        assert_true(malloc_usable_size(q) >= m);
+        assert_filled(q, n, 99);
+        fill(q, m, 99);
+        p = q;
+        n = m;
+        steps++;
+    }
+    while (n > 1) {
+        size_t m = n / 2;
+        unsigned char *q = realloc(p, m);
+        assert_non_null(q);
+        assert_aligned(q, 16);
+        assert_true(malloc_usable_size(q) >= m);
+        assert_filled(q, m, 99);
+        p = q;
+        n = m;
+    }
+    free(p);
+    assert_true(steps > 20);
+
+    /* jumps: small -> >256 KiB -> small, with neighbours alive */
+    static const size_t jumps[][2] = {{10, 300 * KiB}, {300 * KiB, 10}, {4096, 8 * MiB},
+                                      {8 * MiB, 200 * KiB}, {200 * KiB, 257 * KiB},
+                                      {257 * KiB, 255 * KiB}, {1000, 1001}, {1001, 16},
+                                      {2 * MiB, 2 * MiB + 1}, {2 * MiB, 4 * MiB},
+                                      {4 * MiB, 2 * MiB}, {64, 64}};
+    for (size_t i = 0; i < sizeof jumps / sizeof jumps[0]; i++) {
+        size_t a = jumps[i][0], b = jumps[i][1];
+        void *before = malloc(a), *after = NULL;
+        unsigned char *x = malloc(a);
+        assert_non_null(before);
+        assert_non_null(x);
+        fill(before, a, 1);
+        fill(x, a, (unsigned)i + 7);
+        after = malloc(a);
+        assert_non_null(after);
+        fill(after, a, 2);
+        unsigned char *y = realloc(x, b);
+        assert_non_null(y);
+        assert_aligned(y, 16);
+        assert_true(malloc_usable_size(y) >= b);
+        assert_filled(y, a < b ? a : b, (unsigned)i + 7);
+        memset(y, 0x3C, malloc_usable_size(y));
+        assert_filled(before, a, 1);
+        assert_filled(after, a, 2);
+        free(y);
+        free(before);
+        free(after);
+    }
+}
+
+static void test_realloc_failure_keeps_block(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {32, 5000, 300 * KiB, 3 * MiB};
+    const size_t huge[] = {v_size_max, v_ptrdiff_max + 1, v_size_max - 8};
+    for (size_t i = 0; i < 4; i++) {
+        unsigned char *p = malloc(sizes[i]);
+        assert_non_null(p);
+        fill(p, sizes[i], (unsigned)i);
+        for (size_t h = 0; h < 3; h++) {
+            errno = 0;
+            void *q = realloc(p, huge[h]);
+            assert_null(q);
+            assert_int_equal(errno, ENOMEM);
+            assert_filled(p, sizes[i], (unsigned)i);
+            assert_true(malloc_usable_size(p) >= sizes[i]);
+        }
+        /* the old block is still a live, reallocatable block */
+        unsigned char *r = realloc(p, sizes[i] * 2);
+        assert_non_null(r);
+        assert_filled(r, sizes[i], (unsigned)i);
+        free(r);
+    }
+}
+
+static void test_reallocarray(void **state)
+{
+    (void)state;
+    errno = 0;
+    assert_null(reallocarray(NULL, v_half, 3));
+    assert_int_equal(errno, ENOMEM);
+
+    unsigned char *p = reallocarray(NULL, 10, 100);
+    assert_non_null(p);
+    assert_true(malloc_usable_size(p) >= 1000);
+    fill(p, 1000, 5);
+    sink = p; /* the failing calls go through sink: gcc would warn of a use after free */
+    errno = 0;
+    assert_null(reallocarray(sink, 2, v_half + 1));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(reallocarray(sink, v_half / 4, 8));
+    assert_int_equal(errno, ENOMEM);
+    assert_filled(p, 1000, 5);
+    unsigned char *q = reallocarray(p, 1000, 400); /* 400000 bytes: large */
+    assert_non_null(q);
+    assert_filled(q, 1000, 5);
+    q = reallocarray(q, 3, 7);
+    assert_non_null(q);
+    assert_filled(q, 21, 5);
+    free(q);
+}
+
+static void test_posix_memalign_errors(void **state)
+{
+    (void)state;
+    void *const marker = (void *)(uintptr_t)0xdeadbee0;
+    const size_t bad_align[] = {0, 1, 2, 4, 3, 24, 48, 100, 4095, 4097, sizeof(void *) + 1,
+                                ((size_t)1 << 20) + 16, v_size_max};
+    for (size_t i = 0; i < sizeof bad_align / sizeof bad_align[0]; i++) {
+        void *p = marker;
+        errno = 1234;
+        int rc = posix_memalign(&p, bad_align[i], 64);
+        assert_int_equal(rc, EINVAL);
+        assert_ptr_equal(p, marker);
+        assert_int_equal(errno, 1234);
+    }
+    /* sizeof(void *) itself is valid */
+    void *ok = marker;
+    assert_int_equal(posix_memalign(&ok, sizeof(void *), 10), 0);
+    assert_ptr_not_equal(ok, marker);
+    assert_non_null(ok);
+    assert_aligned(ok, 16);
+    free(ok);
+
+    const size_t huge[] = {v_size_max, v_ptrdiff_max + 1, v_size_max - 4096, v_ptrdiff_max};
+    const size_t al[] = {16, 64, 4096, MiB};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++) {
+            void *p = marker;
+            int rc = posix_memalign(&p, al[j], huge[i]);
+            assert_int_equal(rc, ENOMEM);
+            assert_ptr_equal(p, marker);
+        }
+}
+
+static void check_aligned_block(void *p, size_t align, size_t size, unsigned seed)
+{
+    assert_non_null(p);
+    assert_aligned(p, align);
+    assert_aligned(p, 16);
+    size_t u = malloc_usable_size(p);
+    assert_true(u >= size);
+    fill(p, u, seed);
+}
+
+static void test_aligned_variants(void **state)
+{
+    (void)state;
+    for (size_t align = 16; align <= MiB; align <<= 1) {
+        const size_t sizes[] = {1, align - 1, align, align + 1, 3 * align, 100, 300 * KiB};
+        enum { NS = sizeof sizes / sizeof sizes[0] };
+        void *blk[3][NS];
+        for (size_t s = 0; s < NS; s++) {
+            size_t n = sizes[s];
+            unsigned seed = (unsigned)(align + s);
+            void *p = NULL;
+            assert_int_equal(posix_memalign(&p, align, n), 0);
+            check_aligned_block(p, align, n, seed);
+            blk[0][s] = p;
+            p = aligned_alloc(align, n);
+            check_aligned_block(p, align, n, seed + 1);
+            blk[1][s] = p;
+            p = memalign(align, n);
+            check_aligned_block(p, align, n, seed + 2);
+            blk[2][s] = p;
+        }
+        for (size_t s = 0; s < NS; s++)
+            for (int k = 0; k < 3; k++) {
+                assert_filled(blk[k][s], malloc_usable_size(blk[k][s]), (unsigned)(align + s) + k);
+                free(blk[k][s]);
+            }
+    }
+    /* alignments below 16 still give 16-byte aligned blocks */
+    for (size_t align = 1; align < 16; align <<= 1) {
+        void *p = memalign(align, 24);
+        check_aligned_block(p, align, 24, 3);
+        free(p);
+        p = aligned_alloc(align, 24);
+        check_aligned_block(p, align, 24, 4);
+        free(p);
+    }
+    /* huge requests fail cleanly */
+    errno = 0;
+    assert_null(aligned_alloc(64, v_size_max));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(memalign(4096, v_ptrdiff_max + 1));
+    assert_int_equal(errno, ENOMEM);
+}
+
+static void test_aligned_alloc_size_not_multiple(void **state)
+{
+    (void)state;
+    const size_t cases[][2] = {{64, 100}, {128, 1}, {4096, 5000}, {256, 0}, {65536, 70000}, {1024, 1023}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        void *p = aligned_alloc(cases[i][0], cases[i][1]);
+        assert_non_null(p);
+        assert_aligned(p, cases[i][0]);
+        assert_true(malloc_usable_size(p) >= cases[i][1]);
+        memset(p, 0x11, cases[i][1]);
+        free(p);
+    }
+}
+
+static void test_aligned_size_zero(void **state)
+{
+    (void)state;
+    /* size 0 with every alignment: a unique, aligned block that free takes */
+    for (size_t align = 16; align <= 4 * MiB; align <<= 1)
+        for (int rep = 0; rep < 8; rep++) {
+            void *a = aligned_alloc(align, 0);
+            void *m = memalign(align, 0);
+            void *p = NULL;
+            assert_int_equal(posix_memalign(&p, align, 0), 0);
+            assert_non_null(a);
+            assert_non_null(m);
+            assert_non_null(p);
+            assert_aligned(a, align);
+            assert_aligned(m, align);
+            assert_aligned(p, align);
+            if (a == m || m == p || a == p)
+                fail_msg("size-0 blocks with alignment %zu are not unique: %p %p %p", align, a, m, p);
+            free(a);
+            free(m);
+            free(p);
+        }
+}
+
+static void test_realloc_aligned_blocks(void **state)
+{
+    (void)state;
+    /* blocks from the aligned allocators are ordinary blocks for realloc */
+    const size_t aligns[] = {32, 4096, 65536, MiB};
+    for (size_t i = 0; i < 4; i++) {
+        unsigned char *p = memalign(aligns[i], 1000);
+        assert_non_null(p);
+        fill(p, 1000, 8);
+        p = realloc(p, 600 * KiB);
+        assert_non_null(p);
+        assert_filled(p, 1000, 8);
+        fill(p, 600 * KiB, 9);
+        p = realloc(p, 50);
+        assert_non_null(p);
+        assert_filled(p, 50, 9);
+        free(p);
+    }
+}
+
+static void test_valloc_pvalloc(void **state)
+{
+    (void)state;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    assert_true(pg >= 4096);
+    const size_t sizes[] = {1, 100, pg - 1, pg, pg + 1, 3 * pg + 7, 300 * KiB + 5, 2 * MiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        void *v = valloc(n);
+        assert_non_null(v);
+        assert_aligned(v, pg);
+        assert_true(malloc_usable_size(v) >= n);
+        memset(v, 0x42, malloc_usable_size(v));
+        void *pv = pvalloc(n);
+        assert_non_null(pv);
+        assert_aligned(pv, pg);
+        size_t rounded = (n + pg - 1) / pg * pg;
+        assert_true(malloc_usable_size(pv) >= rounded);
+        memset(pv, 0x43, rounded); /* the whole rounded size is ours */
+        free(v);
+        free(pv);
+    }
+    errno = 0;
+    assert_null(pvalloc(v_size_max));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(valloc(v_size_max));
+    assert_int_equal(errno, ENOMEM);
+}
+
+static void test_usable_size(void **state)
+{
+    (void)state;
+    assert_int_equal(malloc_usable_size(NULL), 0);
+    /* usable size is stable and >= requested over many sizes and calls */
+    for (size_t n = 1; n < 2 * MiB; n = n * 5 / 4 + 3) {
+        unsigned char *p = malloc(n);
+        assert_non_null(p);
+        size_t u = malloc_usable_size(p);
+        assert_true(u >= n);
+        assert_int_equal(malloc_usable_size(p), u);
+        p[u - 1] = 1;
+        p[0] = 2;
+        /* realloc within the usable size keeps the block usable for the
+         * requested size */
+        unsigned char *q = realloc(p, u);
+        assert_non_null(q);
+        assert_true(malloc_usable_size(q) >= u);
+        assert_int_equal(q[0], 2);
+        assert_int_equal(q[u - 1], 1);
+        free(q);
+    }
+    /* blocks of calloc and the aligned allocators */
+    void *c = calloc(7, 9);
+    assert_true(malloc_usable_size(c) >= 63);
+    free(c);
+}
+
+static void test_free_null_and_errno(void **state)
+{
+    (void)state;
+    errno = 4321;
+    free(NULL);
+    assert_int_equal(errno, 4321);
+
+    const size_t sizes[] = {16, 3000, 200 * KiB, 300 * KiB, MiB, 64 * MiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        void *p = malloc(sizes[i]);
+        assert_non_null(p);
+        memset(p, 1, sizes[i]);
+        errno = 1234;
+        free(p);
+        assert_int_equal(errno, 1234);
+    }
+    /* many frees that may return spans to the page heap or the OS */
+    void *many[2000];
+    for (int i = 0; i < 2000; i++) {
+        many[i] = malloc((size_t)(i % 50) * 1000 + 1);
+        assert_non_null(many[i]);
+    }
+    errno = 1234;
+    for (int i = 0; i < 2000; i++) free(many[i]);
+    malloc_trim(0);
+    errno = 1234;
+    void *p = malloc(5 * MiB);
+    free(p);
+    assert_int_equal(errno, 1234);
+}
+
+static void test_free_sized(void **state)
+{
+    (void)state;
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    void (*fas)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    if (!fs || !fas) {
+        if (pm_stats_fn) fail_msg("free_sized/free_aligned_sized not exported by profmalloc");
+        print_message("    (no free_sized in this libc: skipped)\n");
+        skip();
+    }
+    const size_t sizes[] = {0, 1, 17, 4096, 100000, 300 * KiB, 3 * MiB};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t before = heap_in_use();
+        void *p = malloc(sizes[i]);
+        assert_non_null(p);
+        memset(p, 3, sizes[i]);
+        errno = 77;
+        fs(p, sizes[i]);
+        assert_int_equal(errno, 77);
+        if (pm_stats_fn) assert_true(heap_in_use() <= before);
+        for (size_t al = 16; al <= 64 * KiB; al <<= 4) {
+            /* (size 0 with a large alignment has its own test) */
+            size_t n = (sizes[i] + al) / al * al;
+            void *q = aligned_alloc(al, n);
+            assert_non_null(q);
+            assert_aligned(q, al);
+            memset(q, 4, n);
+            fas(q, al, n);
+        }
+    }
+    fs(NULL, 0);
+    fas(NULL, 64, 0);
+}
+
+static void test_mallinfo(void **state)
+{
+    (void)state;
+    enum { NB = 10 * 1024 };
+    void **b = malloc(NB * sizeof *b);
+    assert_non_null(b);
+    struct mallinfo2 m0 = mallinfo2();
+    struct mallinfo o0 = mallinfo();
+    for (int i = 0; i < NB; i++) {
+        b[i] = malloc(1024);
+        assert_non_null(b[i]);
+        memset(b[i], 5, 1024);
+    }
+    struct mallinfo2 m1 = mallinfo2();
+    struct mallinfo o1 = mallinfo();
+    /* 10 MiB in small blocks */
+    assert_true(m1.uordblks >= m0.uordblks + 10 * MiB);
+    assert_true(m1.arena >= m1.uordblks); /* so arena covers the growth too */
+    assert_true((size_t)(unsigned)o1.uordblks >= (size_t)(unsigned)o0.uordblks + 10 * MiB);
+    assert_true((size_t)(unsigned)o1.arena >= (size_t)(unsigned)o1.uordblks);
+
+    /* one 10 MiB block (glibc counts mmapped chunks in hblkhd) */
+    void *big = malloc(10 * MiB);
+    assert_non_null(big);
+    memset(big, 6, 10 * MiB);
+    struct mallinfo2 m2 = mallinfo2();
+    assert_true(m2.uordblks + m2.hblkhd >= m1.uordblks + m1.hblkhd + 10 * MiB);
+    if (pm_stats_fn) {
+        /* profmalloc: uordblks is every byte in use, and matches its stats */
+        assert_true(m2.uordblks >= m1.uordblks + 10 * MiB);
+        profmalloc_stats_t s = stats();
+        assert_true(m2.uordblks <= s.in_use + MiB && s.in_use <= m2.uordblks + MiB);
+        assert_true(m2.arena >= m2.uordblks);
+    }
+    free(big);
+    for (int i = 0; i < NB; i++) free(b[i]);
+    free(b);
+    struct mallinfo2 m3 = mallinfo2();
+    assert_true(m3.uordblks + m3.hblkhd + 15 * MiB <= m2.uordblks + m2.hblkhd);
+}
+
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long size = 0, res = 0;
+    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void test_malloc_trim(void **state)
+{
+    (void)state;
+    enum { NB = 1024, NS = 20000 };
+    void **b = malloc(NB * sizeof *b);
+    void **sm = malloc(NS * sizeof *sm);
+    assert_non_null(b);
+    assert_non_null(sm);
+    /* 64 MiB in 64 KiB blocks, about 20 MiB spread over the small classes,
+     * and 16 MiB in large blocks */
+    for (int i = 0; i < NB; i++) {
+        b[i] = malloc(64 * KiB);
+        assert_non_null(b[i]);
+        memset(b[i], 7, 64 * KiB);
+    }
+    for (int i = 0; i < NS; i++) {
+        size_t n = (size_t)(i * 7919 % 2048) + 1;
+        sm[i] = malloc(n);
+        assert_non_null(sm[i]);
+        memset(sm[i], 9, n);
+    }
+    void *large[8];
+    for (int i = 0; i < 8; i++) {
+        large[i] = malloc(2 * MiB);
+        assert_non_null(large[i]);
+        memset(large[i], 8, 2 * MiB);
+    }
+    profmalloc_stats_t s0;
+    if (pm_stats_fn) s0 = stats();
+    size_t rss0 = rss_bytes();
+    for (int i = 0; i < NB; i++) free(b[i]);
+    for (int i = 0; i < NS; i++) free(sm[i]);
+    for (int i = 0; i < 8; i++) free(large[i]);
+    free(b);
+    free(sm);
+    int r = malloc_trim(0);
+    assert_true(r == 0 || r == 1);
+    size_t rss1 = rss_bytes();
+    /* RSS dropped by at least half of the 80 MiB freed */
+    assert_true(rss1 + 40 * MiB <= rss0);
+    if (pm_stats_fn) {
+        profmalloc_stats_t s1 = stats();
+        assert_true(s1.in_use + 79 * MiB <= s0.in_use);
+        /* freed memory went back to the OS: counted as released, or unmapped */
+        assert_true(s1.released > s0.released || s1.mapped + 40 * MiB <= s0.mapped);
+        assert_true(s1.resident_estimate + 40 * MiB <= s0.resident_estimate);
+        assert_int_equal(s1.resident_estimate, s1.mapped - s1.released);
+        /* the accounting identity of profmalloc.h holds */
+        assert_int_equal(s1.mapped, s1.in_use + s1.fragmentation + s1.thread_cache +
+                                        s1.central_cache + s1.pageheap_free + s1.released +
+                                        s1.metadata);
+        /* malloc_trim(0) returns ALL free memory (profmalloc.h): with this
+         * single thread idle, hardly any free memory may stay resident */
+        uint64_t kept = s1.thread_cache + s1.central_cache + s1.pageheap_free;
+        if (kept > 4 * MiB)
+            fail_msg("after malloc_trim(0) %llu KiB of free memory stay resident "
+                     "(thread_cache %llu, central_cache %llu, pageheap_free %llu KiB)",
+                     (unsigned long long)kept / KiB, (unsigned long long)s1.thread_cache / KiB,
+                     (unsigned long long)s1.central_cache / KiB,
+                     (unsigned long long)s1.pageheap_free / KiB);
+    }
+    /* memory is still usable after a trim */
+    void *p = calloc(1, 3 * MiB);
+    assert_non_null(p);
+    assert_true(all_zero(p, 3 * MiB));
+    free(p);
+}
+
+static void test_mallopt(void **state)
+{
+    (void)state;
+    assert_int_equal(mallopt(M_ARENA_MAX, 8), 1);
+    assert_int_equal(mallopt(M_ARENA_TEST, 8), 1);
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, 256 * 1024), 1);
+    assert_int_equal(mallopt(M_TRIM_THRESHOLD, 256 * 1024), 1);
+    assert_int_equal(mallopt(M_TOP_PAD, 128 * 1024), 1);
+    assert_int_equal(mallopt(M_MMAP_MAX, 65536), 1);
+    /* unknown parameters: 0.  (glibc 2.36 itself returns 1 here, so this is
+     * checked for profmalloc only.) */
+    if (pm_stats_fn) {
+        assert_int_equal(mallopt(12345, 1), 0);
+        assert_int_equal(mallopt(-777, 1), 0);
+    }
+    void *p = malloc(100);
+    assert_non_null(p);
+    free(p);
+}
+
+static void test_malloc_info(void **state)
+{
+    (void)state;
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(malloc_info(0, f), 0);
+    fflush(f);
+    long len = ftell(f);
+    assert_true(len > 10);
+    rewind(f);
+    char *buf = calloc(1, (size_t)len + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+    assert_true(strncmp(buf, "<malloc", 7) == 0);
+    assert_non_null(strstr(buf, "</malloc>"));
+    free(buf);
+    errno = 0;
+    int rc = malloc_info(1, f);
+    if (pm_stats_fn) {
+        assert_int_equal(rc, -1);
+        assert_int_equal(errno, EINVAL);
+    } else {
+        /* glibc 2.36 returns EINVAL itself instead of -1/errno */
+        assert_true(rc == EINVAL || (rc == -1 && errno == EINVAL));
+    }
+    fclose(f);
+}
+
+static void test_malloc_stats(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/pm_test_stats_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    void *p = malloc(MiB);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    dup2(fd, 2);
+    malloc_stats();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    free(p);
+    off_t len = lseek(fd, 0, SEEK_END);
+    assert_true(len > 0);
+    char buf[256] = {0};
+    assert_true(pread(fd, buf, sizeof buf - 1, 0) > 0);
+    close(fd);
+    assert_true(strlen(buf) > 0);
+}
+
+static void test_libc_aliases(void **state)
+{
+    (void)state;
+    void *(*lm)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "__libc_malloc");
+    void (*lf)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "__libc_free");
+    void *(*lc)(size_t, size_t) = (void *(*)(size_t, size_t))dlsym(RTLD_DEFAULT, "__libc_calloc");
+    void *(*lr)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "__libc_realloc");
+    void *(*lma)(size_t, size_t) = (void *(*)(size_t, size_t))dlsym(RTLD_DEFAULT, "__libc_memalign");
+    int (*ppm)(void **, size_t, size_t) =
+        (int (*)(void **, size_t, size_t))dlsym(RTLD_DEFAULT, "__posix_memalign");
+    assert_non_null(lm);
+    assert_non_null(lf);
+    assert_non_null(lc);
+    assert_non_null(lr);
+    assert_non_null(lma);
+    if (pm_stats_fn) assert_non_null(ppm);
+
+    size_t before = heap_in_use();
+    unsigned char *a = lm(MiB);
+    assert_non_null(a);
+    assert_aligned(a, 16);
+    memset(a, 1, MiB);
+    /* the alias allocates from the active allocator */
+    if (pm_stats_fn) assert_true(heap_in_use() >= before + MiB);
+    assert_true(malloc_usable_size(a) >= MiB);
+    a = lr(a, 2 * MiB);
+    assert_non_null(a);
+    assert_int_equal(a[MiB - 1], 1);
+    free(a); /* mixed with the plain API */
+
+    unsigned char *c = lc(100, 100);
+    assert_non_null(c);
+    assert_true(all_zero(c, 10000));
+    void *m = lma(4096, 300);
+    assert_non_null(m);
+    assert_aligned(m, 4096);
+    memset(m, 2, 300);
+    lf(c);
+    lf(m);
+    void *x = malloc(77);
+    assert_non_null(x);
+    lf(x);
+    lf(NULL);
+    if (ppm) {
+        void *q = NULL;
+        assert_int_equal(ppm(&q, 256, 1000), 0);
+        assert_non_null(q);
+        assert_aligned(q, 256);
+        memset(q, 3, 1000);
+        void *keep = q;
+        assert_int_equal(ppm(&q, 3, 10), EINVAL);
+        assert_ptr_equal(q, keep);
+        free(q);
+    }
+}
+
+/* --- invalid frees: profmalloc must abort with a message ----------------- */
+
+static void child_free(void *p)
+{
+    free(p);
+}
+
+enum { BAD_BOGUS, BAD_STACK, BAD_DOUBLE_LARGE, BAD_INTERIOR_LARGE };
+
+static void run_invalid_free_child(int kind)
+{
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {0, 0};
+        setrlimit(RLIMIT_CORE, &rl);
+        /* undo cmocka's handlers: the child must die of the real signal */
+        signal(SIGABRT, SIG_DFL);
+        signal(SIGSEGV, SIG_DFL);
+        signal(SIGBUS, SIG_DFL);
+        signal(SIGILL, SIG_DFL);
+        signal(SIGFPE, SIG_DFL);
+        alarm(10);
+        close(pipefd[0]);
+        dup2(pipefd[1], 2);
+        switch (kind) {
+        case BAD_BOGUS:
+            child_free((void *)(uintptr_t)0x12345670);
+            break;
+        case BAD_STACK: {
+            _Alignas(16) volatile char local[64];
+            local[0] = 1;
+            child_free((void *)local);
+            break;
+        }
+        case BAD_DOUBLE_LARGE: {
+            void *p = malloc(300 * KiB);
+            memset(p, 1, 300 * KiB);
+            child_free(p);
+            child_free(p);
+            break;
+        }
+        case BAD_INTERIOR_LARGE: {
+            char *p = malloc(2 * MiB);
+            memset(p, 1, 2 * MiB);
+            child_free(p + 64 * KiB);
+            break;
+        }
+        }
+        _exit(0); /* not reached when the allocator detects the error */
+    }
+    close(pipefd[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(pipefd[0]);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("child not killed by SIGABRT (status 0x%x), stderr: %s", st, buf);
+    if (!strstr(buf, "profmalloc: free(): invalid pointer 0x"))
+        fail_msg("expected 'profmalloc: free(): invalid pointer 0x...' on stderr, got: %s", buf);
+}
+
+static void test_invalid_free_bogus(void **state)
+{
+    (void)state;
+    REQUIRE_PM();
+    run_invalid_free_child(BAD_BOGUS);
+}
+
+static void test_invalid_free_stack(void **state)
+{
+    (void)state;
+    REQUIRE_PM();
+    run_invalid_free_child(BAD_STACK);
+}
+
+static void test_double_free_large(void **state)
+{
+    (void)state;
+    REQUIRE_PM();
+    run_invalid_free_child(BAD_DOUBLE_LARGE);
+}
+
+static void test_interior_free_large(void **state)
+{
+    (void)state;
+    REQUIRE_PM();
+    run_invalid_free_child(BAD_INTERIOR_LARGE);
+}
+
+int main(void)
+{
+    struct rlimit rl = {0, 0};
+    setrlimit(RLIMIT_CORE, &rl); /* no core files from the abort tests */
+    pm_stats_fn = (get_stats_fn)dlsym(RTLD_DEFAULT, "profmalloc_get_stats");
+    const char *req = getenv("PM_TEST_REQUIRE_PROFMALLOC");
+#ifdef PM_TEST_LINKED
+    require_pm = 1;
+    (void)req;
+#else
+    require_pm = req && *req && strcmp(req, "0") != 0;
+#endif
+    printf("test_api: profmalloc %s%s\n", pm_stats_fn ? "active" : "NOT active",
+           require_pm ? " (required)" : "");
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profmalloc_active),
+        cmocka_unit_test(test_alignment_all_small_sizes),
+        cmocka_unit_test(test_alignment_big_sizes),
+        cmocka_unit_test(test_malloc_zero_unique),
+        cmocka_unit_test(test_malloc_huge_enomem),
+        cmocka_unit_test(test_malloc_exceeding_memory),
+        cmocka_unit_test(test_calloc_overflow),
+        cmocka_unit_test(test_calloc_zeroed_reuse_small),
+        cmocka_unit_test(test_calloc_zeroed_large),
+        cmocka_unit_test(test_realloc_null_and_zero),
+        cmocka_unit_test(test_realloc_preserves_contents),
+        cmocka_unit_test(test_realloc_failure_keeps_block),
+        cmocka_unit_test(test_reallocarray),
+        cmocka_unit_test(test_posix_memalign_errors),
+        cmocka_unit_test(test_aligned_variants),
+        cmocka_unit_test(test_aligned_alloc_size_not_multiple),
+        cmocka_unit_test(test_aligned_size_zero),
+        cmocka_unit_test(test_realloc_aligned_blocks),
+        cmocka_unit_test(test_valloc_pvalloc),
+        cmocka_unit_test(test_usable_size),
+        cmocka_unit_test(test_free_null_and_errno),
+        cmocka_unit_test(test_free_sized),
+        cmocka_unit_test(test_mallinfo),
+        cmocka_unit_test(test_malloc_trim),
+        cmocka_unit_test(test_mallopt),
+        cmocka_unit_test(test_malloc_info),
+        cmocka_unit_test(test_malloc_stats),
+        cmocka_unit_test(test_libc_aliases),
+        cmocka_unit_test(test_invalid_free_bogus),
+        cmocka_unit_test(test_invalid_free_stack),
+        cmocka_unit_test(test_double_free_large),
+        cmocka_unit_test(test_interior_free_large),
+    };
+    /* PM_TEST_FILTER / PM_TEST_SKIP: cmocka name patterns (* and ?) */
+    if (getenv("PM_TEST_FILTER")) cmocka_set_test_filter(getenv("PM_TEST_FILTER"));
+    if (getenv("PM_TEST_SKIP")) cmocka_set_skip_filter(getenv("PM_TEST_SKIP"));
+    return cmocka_run_group_tests_name("profmalloc API", tests, NULL, NULL);
+}

@@ -1,0 +1,160 @@
+/* linked.c — a program linked with -lprofmalloc: built once against the
+ * shared library and once against the static archive (LINK_STATIC).  It
+ * allocates in several ways (directly and through libc functions that
+ * allocate internally), checks the results and that profmalloc serves them.
+ * Exits 0 on success; prints the first failed check otherwise. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profmalloc.h"
+
+static int failures;
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            printf("linked: FAILED %s (line %d)\n", #cond, __LINE__);          \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+static uint64_t in_use(void)
+{
+    profmalloc_stats_t s;
+    if (profmalloc_get_stats(&s) != 0) return 0;
+    return s.in_use;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void *thread_alloc(void *arg)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    char *p = malloc(n);
+    if (p) memset(p, 0x5c, n);
+    return p;
+}
+
+int main(void)
+{
+    const size_t MiB = 1 << 20;
+
+    /* profmalloc serves plain malloc */
+    uint64_t a = in_use();
+    char *p = malloc(MiB);
+    CHECK(p != NULL);
+    memset(p, 1, MiB);
+    CHECK(in_use() >= a + MiB);
+    free(p);
+    CHECK(in_use() < a + MiB);
+
+    /* the malloc that libc and dlsym see is the one from profmalloc's object */
+    Dl_info di_stats, di_malloc;
+    void *sym_malloc = dlsym(RTLD_DEFAULT, "malloc");
+    CHECK(sym_malloc != NULL);
+    CHECK(dladdr((void *)profmalloc_get_stats, &di_stats) != 0);
+    CHECK(sym_malloc && dladdr(sym_malloc, &di_malloc) != 0);
+    CHECK(di_stats.dli_fbase == di_malloc.dli_fbase);
+#ifdef LINK_STATIC
+    CHECK(di_stats.dli_fname && !strstr(di_stats.dli_fname, "libprofmalloc.so"));
+#else
+    CHECK(di_stats.dli_fname && strstr(di_stats.dli_fname, "libprofmalloc.so"));
+#endif
+
+    /* libc's internal allocations go to profmalloc too */
+    char *big = malloc(MiB + 1);
+    CHECK(big != NULL);
+    memset(big, 'x', MiB);
+    big[MiB] = 0;
+    a = in_use();
+    char *dup = strdup(big);
+    CHECK(dup != NULL && strcmp(dup, big) == 0);
+    CHECK(in_use() >= a + MiB);
+    CHECK(malloc_usable_size(dup) >= MiB + 1);
+    free(dup);
+    free(big);
+
+    char *s = NULL;
+    CHECK(asprintf(&s, "%s-%d-%.3f", "profmalloc", 42, 2.5) > 0);
+    CHECK(s && strcmp(s, "profmalloc-42-2.500") == 0);
+    free(s);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&buf, &len);
+    CHECK(ms != NULL);
+    for (int i = 0; i < 20000; i++) fprintf(ms, "line %d\n", i);
+    fclose(ms);
+    CHECK(len > 100000 && strncmp(buf, "line 0\nline 1\n", 14) == 0);
+    FILE *mf = fmemopen(buf, len, "r");
+    CHECK(mf != NULL);
+    char *line = NULL;
+    size_t cap = 0;
+    long lines = 0;
+    while (getline(&line, &cap, mf) > 0) lines++;
+    CHECK(lines == 20000);
+    free(line);
+    fclose(mf);
+    free(buf);
+
+    /* qsort allocates a temporary for big arrays */
+    enum { N = 200000 };
+    int *v = malloc(N * sizeof *v);
+    CHECK(v != NULL);
+    for (int i = 0; i < N; i++) v[i] = (int)((i * 2654435761u) % 1000003u);
+    qsort(v, N, sizeof *v, cmp_int);
+    int sorted = 1;
+    for (int i = 1; i < N; i++) sorted &= v[i - 1] <= v[i];
+    CHECK(sorted);
+
+    /* calloc, realloc, aligned */
+    int *z = calloc(N, sizeof *z);
+    CHECK(z != NULL);
+    int allzero = 1;
+    for (int i = 0; i < N; i++) allzero &= z[i] == 0;
+    CHECK(allzero);
+    v = realloc(v, 2 * N * sizeof *v);
+    CHECK(v != NULL && v[0] <= v[N - 1]);
+    free(v);
+    free(z);
+    void *al = NULL;
+    CHECK(posix_memalign(&al, 4096, 10000) == 0 && ((uintptr_t)al & 4095) == 0);
+    free(al);
+    al = aligned_alloc(65536, 65536);
+    CHECK(al != NULL && ((uintptr_t)al & 65535) == 0);
+    free(al);
+    volatile size_t huge = SIZE_MAX / 2 + 1;
+    errno = 0;
+    CHECK(malloc(huge) == NULL && errno == ENOMEM);
+
+    /* a block from another thread, freed here */
+    pthread_t t;
+    void *r = NULL;
+    CHECK(pthread_create(&t, NULL, thread_alloc, (void *)(uintptr_t)300000) == 0);
+    CHECK(pthread_join(t, &r) == 0);
+    CHECK(r != NULL && ((unsigned char *)r)[299999] == 0x5c);
+    free(r);
+
+    if (failures) {
+        printf("linked: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("linked: OK (%s)\n",
+#ifdef LINK_STATIC
+           "static archive"
+#else
+           "shared library"
+#endif
+    );
+    return 0;
+}

@@ -1,0 +1,89 @@
+# test/test.mk — API conformance, stress and integration tests, included by
+# the top Makefile.  Uses BUILD, CC, CMOCKA_LIBS, PM_SO and PM_A.
+#
+#   check-api          test/api/test_api.c: linked with -lprofmalloc, and a
+#                      plain build run with LD_PRELOAD
+#   check-stress       test/stress/test_stress.c: the same two ways
+#   check-integration  test/integration/linked.c against the .so and the .a,
+#                      then test/integration/run.sh (real programs with and
+#                      without LD_PRELOAD)
+#
+# The tests are compiled with flags of their own (not PM_CFLAGS), and with
+# -fno-builtin-* so the compiler keeps every allocation call they make.
+# Binaries linked with the shared library find it through the relocatable
+# rpath $ORIGIN/.. (they live in $(BUILD)/test/).
+
+TEST_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -pthread
+TEST_NOBUILTIN := -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
+TEST_DIR := $(BUILD)/test
+TEST_LINK_PM := -L$(BUILD) -Wl,--no-as-needed -lprofmalloc -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/..'
+TEST_PRELOAD := LD_PRELOAD=$(abspath $(PM_SO)) PM_TEST_REQUIRE_PROFMALLOC=1
+TEST_TIMEOUT := timeout -k 5
+
+TEST_BINS := $(TEST_DIR)/test_api_linked $(TEST_DIR)/test_api_plain \
+             $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain \
+             $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check
+
+# ---- API conformance ---------------------------------------------------------
+$(TEST_DIR)/test_api_linked: test/api/test_api.c include/profmalloc.h $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DPM_TEST_LINKED $< -o $@ $(TEST_LINK_PM) $(CMOCKA_LIBS)
+
+$(TEST_DIR)/test_api_plain: test/api/test_api.c include/profmalloc.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) $< -o $@ $(CMOCKA_LIBS)
+
+# ---- stress ------------------------------------------------------------------
+$(TEST_DIR)/test_stress_linked: test/stress/test_stress.c include/profmalloc.h $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DPM_TEST_LINKED $< -o $@ $(TEST_LINK_PM) $(CMOCKA_LIBS)
+
+$(TEST_DIR)/test_stress_plain: test/stress/test_stress.c include/profmalloc.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) $< -o $@ $(CMOCKA_LIBS)
+
+# ---- integration -------------------------------------------------------------
+$(TEST_DIR)/linked_so: test/integration/linked.c include/profmalloc.h $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) $< -o $@ $(TEST_LINK_PM)
+
+$(TEST_DIR)/linked_static: test/integration/linked.c include/profmalloc.h $(PM_A)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DLINK_STATIC $< -o $@ $(PM_A)
+
+$(TEST_DIR)/preload_check: test/integration/preload_check.c include/profmalloc.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $< -o $@
+
+# ---- check targets -----------------------------------------------------------
+.PHONY: check-api check-stress check-integration test-programs
+CHECK_TARGETS += check-api check-stress check-integration
+
+test-programs: $(TEST_BINS)
+
+# Each recipe runs all of its variants, then fails if any of them failed.
+check-api: $(TEST_DIR)/test_api_linked $(TEST_DIR)/test_api_plain
+	@rc=0; \
+	echo "== test_api, linked with -lprofmalloc"; \
+	$(TEST_TIMEOUT) 60 $(TEST_DIR)/test_api_linked || rc=1; \
+	echo "== test_api, LD_PRELOAD"; \
+	$(TEST_PRELOAD) $(TEST_TIMEOUT) 60 $(TEST_DIR)/test_api_plain || rc=1; \
+	exit $$rc
+
+check-stress: $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain
+	@rc=0; \
+	echo "== test_stress, linked with -lprofmalloc"; \
+	$(TEST_TIMEOUT) 60 $(TEST_DIR)/test_stress_linked || rc=1; \
+	echo "== test_stress, LD_PRELOAD"; \
+	$(TEST_PRELOAD) $(TEST_TIMEOUT) 60 $(TEST_DIR)/test_stress_plain || rc=1; \
+	exit $$rc
+
+check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check $(PM_SO)
+	@rc=0; \
+	echo "== linked.c against the shared library"; \
+	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_so || rc=1; \
+	echo "== linked.c against the static archive"; \
+	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_static || rc=1; \
+	echo "== real programs with and without LD_PRELOAD"; \
+	PRELOAD_CHECK=$(TEST_DIR)/preload_check test/integration/run.sh $(PM_SO) || rc=1; \
+	exit $$rc

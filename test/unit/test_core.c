@@ -1,0 +1,1518 @@
+/* test_core.c — unit tests of the allocator core, module by module:
+ * size classes, page map, page heap, central lists, thread caches and the
+ * malloc family (pm_* called directly), the totals of pm_stats_collect,
+ * the sampler's arithmetic, size parsing and options, and the invalid-free
+ * aborts.  Linked with libprofmalloc-test.a (no libc overrides): the test
+ * program itself, cmocka and pthread run on glibc's malloc.
+ *
+ * Tests share one allocator, so each one works on its own size classes or
+ * on page-heap states it sets up itself (pm_pageheap_release_all() leaves
+ * no resident free span, which makes "which span comes next" predictable).
+ * Sampling is turned off in main() so the profiler adds no metadata and no
+ * sampled-page flags behind the tests' backs.  Anything computed in a
+ * helper thread is asserted in the main thread (cmocka's failures
+ * longjmp).  */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pm_internal.h"
+
+#define PAGE PM_PAGE_SIZE
+
+static uint8_t *page_ptr(uintptr_t page) { return (uint8_t *)(page << PM_PAGE_SHIFT); }
+
+static pm_pageheap_stats_t ph_stats(void)
+{
+    pm_pageheap_stats_t st;
+    memset(&st, 0, sizeof st);
+    pm_pageheap_stats(&st);
+    return st;
+}
+
+static profmalloc_stats_t stats(void)
+{
+    profmalloc_stats_t s;
+    pm_stats_collect(&s);
+    return s;
+}
+
+static void assert_stats_balance(const profmalloc_stats_t *s)
+{
+    assert_int_equal(s->mapped, s->in_use + s->fragmentation + s->thread_cache +
+                                    s->central_cache + s->pageheap_free + s->released +
+                                    s->metadata);
+}
+
+static int all_zero(const void *p, size_t n)
+{
+    const uint64_t *w = p;
+    for (size_t i = 0; i < n / 8; i++)
+        if (w[i]) return 0;
+    return 1;
+}
+
+/* ======================================================================
+ * sizeclass.c
+ * ==================================================================== */
+
+static void test_sizeclass_table(void **state)
+{
+    (void)state;
+    pm_sizeclass_init(); /* idempotent: init already built the same table */
+    assert_true(pm_class_count >= 2 && pm_class_count <= PM_CLASS_MAX);
+    assert_int_equal(pm_class_size[1], 16);
+    assert_int_equal(pm_class_size[pm_class_count - 1], PM_MAX_SMALL);
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        size_t size = pm_class_size[c], pages = pm_class_pages[c];
+        size_t span = pages * PAGE;
+        assert_int_equal(size % 16, 0);
+        if (c > 1) assert_true(size > pm_class_size[c - 1]);
+        assert_true(pages >= 1);
+        assert_true(span >= size);
+        /* span tail waste at most 1/8 of the span */
+        assert_true((span % size) * 8 <= span);
+        /* at least 8 objects, or a 64 KiB span */
+        assert_true(span / size >= 8 || span >= 64 * 1024);
+        assert_in_range(pm_class_batch[c], 2, 32);
+    }
+    assert_true(pm_class_slot(PM_MAX_SMALL) < PM_CLASS_SLOTS);
+}
+
+static void test_sizeclass_lookup_exhaustive(void **state)
+{
+    (void)state;
+    for (size_t s = 0; s <= PM_MAX_SMALL; s++) {
+        unsigned c = pm_sizeclass_of(s);
+        if (c < 1 || c >= pm_class_count) fail_msg("size %zu -> class %u out of range", s, c);
+        size_t size = pm_class_size[c];
+        if (size < s) fail_msg("size %zu -> class %u of size %zu: too small", s, c, size);
+        if (c > 1 && pm_class_size[c - 1] >= s)
+            fail_msg("size %zu -> class %u (%zu), but class %u (%u) fits", s, c, size, c - 1,
+                     pm_class_size[c - 1]);
+        if (s > 128 && (size - s) * 8 > s)
+            fail_msg("size %zu -> %zu wastes more than 12.5%%", s, size);
+    }
+}
+
+/* ======================================================================
+ * pagemap.c  (fake pages far from any real mapping: keys 0x1234/0x1235)
+ * ==================================================================== */
+
+#define FAKE_KEY ((uintptr_t)0x1234)
+
+static void test_pagemap_set_and_lookup(void **state)
+{
+    (void)state;
+    uintptr_t first = (FAKE_KEY << PM_LEAF_BITS) - 1; /* last page of leaf 0x1233 */
+    uintptr_t second = FAKE_KEY << PM_LEAF_BITS;       /* first page of leaf 0x1234 */
+    uintptr_t page = first - 1;                         /* three pages across the boundary */
+    int fresh = pm_pagemap_leaf(page) == NULL && pm_pagemap_leaf(second) == NULL;
+    uint64_t bytes_before = pm_pagemap_bytes();
+
+    assert_int_equal(pm_pagemap_ensure(page, 3), 0);
+    assert_non_null(pm_pagemap_leaf(page));
+    assert_non_null(pm_pagemap_leaf(second));
+    assert_ptr_not_equal(pm_pagemap_leaf(page), pm_pagemap_leaf(second));
+    if (fresh) assert_int_equal(pm_pagemap_bytes() - bytes_before, 2 * sizeof(pm_leaf_t));
+    /* ensuring again maps nothing more */
+    bytes_before = pm_pagemap_bytes();
+    assert_int_equal(pm_pagemap_ensure(page, 3), 0);
+    assert_int_equal(pm_pagemap_bytes(), bytes_before);
+
+    /* nothing set yet: NULL and class 0 */
+    for (uintptr_t p = page; p < page + 3; p++) {
+        assert_null(pm_pagemap_span(p));
+        assert_int_equal(pm_pagemap_leaf(p)->info[p & ((1u << PM_LEAF_BITS) - 1)], 0);
+    }
+
+    pm_span_t fake = {.page = page, .npages = 3, .state = PM_SPAN_IN_USE, .cls = 7};
+    for (uintptr_t p = page; p < page + 3; p++) pm_pagemap_set_span(p, &fake);
+    pm_pagemap_set_class(page, 3, 7);
+    for (uintptr_t p = page; p < page + 3; p++) {
+        assert_ptr_equal(pm_pagemap_span(p), &fake);
+        assert_int_equal(pm_pagemap_leaf(p)->info[p & ((1u << PM_LEAF_BITS) - 1)] & 0xff, 7);
+        /* the high byte is the page's index within its span */
+        assert_int_equal(pm_pagemap_leaf(p)->info[p & ((1u << PM_LEAF_BITS) - 1)] >> 8, p - page);
+    }
+    /* neighbours untouched */
+    assert_null(pm_pagemap_span(page - 1));
+    assert_null(pm_pagemap_span(page + 3));
+    assert_int_equal(pm_pagemap_leaf(page + 3)->info[(page + 3) & ((1u << PM_LEAF_BITS) - 1)], 0);
+
+    /* the sampled flag toggles only its bit, only on its page */
+    uint16_t *cls_first = &pm_pagemap_leaf(first)->info[first & ((1u << PM_LEAF_BITS) - 1)];
+    uint16_t *cls_second = &pm_pagemap_leaf(second)->info[second & ((1u << PM_LEAF_BITS) - 1)];
+    pm_pagemap_mark_sampled(first, 1);
+    assert_int_equal(*cls_first & 0xff, 7 | PM_SAMPLED_PAGE);
+    assert_int_equal(*cls_second & 0xff, 7);
+    pm_pagemap_mark_sampled(first, 1); /* idempotent */
+    assert_int_equal(*cls_first & 0xff, 7 | PM_SAMPLED_PAGE);
+    pm_pagemap_mark_sampled(first, 0);
+    assert_int_equal(*cls_first & 0xff, 7);
+    pm_pagemap_mark_sampled(first, 0);
+    assert_int_equal(*cls_first & 0xff, 7);
+    pm_pagemap_set_class(second, 1, 0);
+    pm_pagemap_mark_sampled(second, 1);
+    assert_int_equal(*cls_second & 0xff, PM_SAMPLED_PAGE);
+    pm_pagemap_mark_sampled(second, 0);
+    assert_int_equal(*cls_second & 0xff, 0);
+
+    /* clear it all again */
+    for (uintptr_t p = page; p < page + 3; p++) pm_pagemap_set_span(p, NULL);
+    pm_pagemap_set_class(page, 3, 0);
+    assert_null(pm_pagemap_span(page));
+}
+
+static void test_pagemap_unknown_and_out_of_range(void **state)
+{
+    (void)state;
+    /* a leaf nobody ensured */
+    uintptr_t key = 0x0777;
+    while (pm_pagemap_leaf(key << PM_LEAF_BITS)) key++;
+    assert_null(pm_pagemap_span(key << PM_LEAF_BITS));
+    assert_null(pm_pagemap_span((key << PM_LEAF_BITS) + 12345));
+
+    /* beyond 48 bits: NULL, even where the masked key aliases a real leaf */
+    uintptr_t limit = (uintptr_t)1 << (PM_ADDR_BITS - PM_PAGE_SHIFT);
+    assert_null(pm_pagemap_span(limit));
+    assert_null(pm_pagemap_span(~(uintptr_t)0));
+    pm_span_t *s = pm_pageheap_alloc(1);
+    assert_non_null(s);
+    assert_ptr_equal(pm_pagemap_span(s->page), s);
+    assert_null(pm_pagemap_span(s->page + limit));
+    assert_null(pm_pagemap_span(s->page | ((uintptr_t)1 << 40)));
+    pm_pageheap_free(s);
+
+    /* ensure refuses pages outside the address space */
+    assert_int_equal(pm_pagemap_ensure(limit, 1), -1);
+    assert_int_equal(pm_pagemap_ensure(limit - 1, 2), -1);
+}
+
+/* ======================================================================
+ * pageheap.c
+ * ==================================================================== */
+
+static void test_pageheap_alloc_basic(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1, 2, 3, 7, 64, 128, 129, 300, 1000};
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++) {
+        size_t n = sizes[i];
+        pm_pageheap_stats_t before = ph_stats();
+        pm_span_t *s = pm_pageheap_alloc(n);
+        assert_non_null(s);
+        pm_pageheap_stats_t after = ph_stats();
+        assert_int_equal(s->npages, n);
+        assert_int_equal(s->state, PM_SPAN_IN_USE);
+        assert_int_equal(((uintptr_t)page_ptr(s->page)) % PAGE, 0);
+        assert_ptr_equal(pm_pagemap_span(s->page), s);
+        assert_ptr_equal(pm_pagemap_span(s->page + n - 1), s);
+        assert_int_equal(after.in_use - before.in_use, n * PAGE);
+        assert_int_equal(after.mapped, after.in_use + after.free + after.released);
+        /* the memory is ours to write */
+        memset(page_ptr(s->page), 0x5a, n * PAGE);
+        pm_pageheap_free(s);
+        pm_pageheap_stats_t freed = ph_stats();
+        assert_int_equal(freed.in_use, before.in_use);
+    }
+    assert_null(pm_pageheap_alloc(0));
+    assert_null(pm_pageheap_alloc(SIZE_MAX));
+}
+
+static void test_pageheap_reuse(void **state)
+{
+    (void)state;
+    pm_pageheap_release_all(); /* no resident free span left */
+    assert_int_equal(ph_stats().free, 0);
+    pm_span_t *s = pm_pageheap_alloc(5);
+    assert_non_null(s);
+    uintptr_t page = s->page;
+    memset(page_ptr(page), 1, 5 * PAGE);
+    pm_pageheap_free(s);
+    assert_int_equal(ph_stats().free, 5 * PAGE);
+    /* the only resident free span is preferred */
+    pm_span_t *again = pm_pageheap_alloc(5);
+    assert_non_null(again);
+    assert_int_equal(again->page, page);
+    assert_int_equal(again->zeroed, 0);
+    assert_int_equal(ph_stats().free, 0);
+    pm_pageheap_free(again);
+    /* a smaller request is cut from the front of it */
+    pm_span_t *part = pm_pageheap_alloc(2);
+    assert_int_equal(part->page, page);
+    assert_int_equal(ph_stats().free, 3 * PAGE);
+    pm_pageheap_free(part);
+    assert_int_equal(ph_stats().free, 5 * PAGE);
+}
+
+/* Three adjacent spans of N pages, or fails. Spans that were not adjacent
+ * are freed again. */
+static void adjacent_three(size_t n, pm_span_t **a, pm_span_t **b, pm_span_t **c)
+{
+    enum { TRIES = 64 };
+    pm_span_t *held[3 * TRIES];
+    size_t nheld = 0;
+    *a = *b = *c = NULL;
+    for (int t = 0; t < TRIES && !*c; t++) {
+        pm_span_t *x = pm_pageheap_alloc(n), *y = pm_pageheap_alloc(n), *z = pm_pageheap_alloc(n);
+        assert_true(x && y && z);
+        if (y->page == x->page + n && z->page == y->page + n) {
+            *a = x, *b = y, *c = z;
+        } else {
+            held[nheld++] = x, held[nheld++] = y, held[nheld++] = z;
+        }
+    }
+    assert_non_null(*c);
+    for (size_t i = 0; i < nheld; i++) pm_pageheap_free(held[i]);
+}
+
+/* Coalescing joins only neighbours of the same state. */
+static void test_pageheap_coalesce_same_state(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    pm_span_t *a, *b, *c;
+    pm_pageheap_release_all();
+    adjacent_three(N, &a, &b, &c);
+    pm_pageheap_release_all();
+    uintptr_t base = a->page;
+    pm_pageheap_free(a);
+    pm_pageheap_release_all(); /* A is RETURNED now */
+    pm_span_t *ra = pm_pagemap_span(base + N - 1);
+    assert_non_null(ra);
+    assert_int_equal(ra->state, PM_SPAN_RETURNED);
+    pm_pageheap_free(b); /* FREE beside RETURNED: stays alone */
+    pm_span_t *sb = pm_pagemap_span(base + N);
+    assert_non_null(sb);
+    assert_int_equal(sb->state, PM_SPAN_FREE);
+    assert_int_equal(sb->page, base + N);
+    assert_int_equal(sb->npages, N);
+    assert_int_equal(ph_stats().free, N * PAGE);
+    pm_pageheap_free(c); /* FREE beside FREE: joins B */
+    sb = pm_pagemap_span(base + N);
+    assert_int_equal(sb->page, base + N);
+    assert_int_equal(sb->npages, 2 * N);
+    assert_ptr_equal(pm_pagemap_span(base + 3 * N - 1), sb);
+    assert_int_equal(ph_stats().free, 2 * N * PAGE);
+    /* released, all three are one RETURNED span (with whatever was beside) */
+    pm_pageheap_release_all();
+    pm_span_t *r = pm_pagemap_span(base + N);
+    assert_non_null(r);
+    assert_int_equal(r->state, PM_SPAN_RETURNED);
+    assert_true(r->page <= base && r->page + r->npages >= base + 3 * N);
+    assert_int_equal(ph_stats().free, 0);
+}
+
+/* The straightforward coalescing scenario: A, B, C adjacent; free A and C
+ * then B; one span of 3N pages comes back at A's address. */
+static void test_pageheap_coalesce_three(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    pm_span_t *a, *b, *c;
+    pm_pageheap_release_all();
+    adjacent_three(N, &a, &b, &c);
+    pm_pageheap_release_all(); /* only A, B, C will be resident free */
+    uintptr_t base = a->page;
+    memset(page_ptr(base), 0xab, 3 * N * PAGE);
+    pm_pageheap_stats_t st0 = ph_stats();
+    pm_pageheap_free(a);
+    pm_pageheap_free(c);
+    assert_int_equal(ph_stats().free, 2 * N * PAGE);
+    assert_int_equal(pm_pagemap_span(base)->npages, N);          /* B keeps them apart */
+    assert_int_equal(pm_pagemap_span(base + 2 * N)->npages, N);
+    pm_pageheap_free(b);
+    pm_pageheap_stats_t st1 = ph_stats();
+    assert_int_equal(st1.free, 3 * N * PAGE);
+    assert_int_equal(st0.in_use - st1.in_use, 3 * N * PAGE);
+    /* the merged span is the first and last page's span */
+    pm_span_t *m = pm_pagemap_span(base);
+    assert_non_null(m);
+    assert_int_equal(m->state, PM_SPAN_FREE);
+    assert_int_equal(m->page, base);
+    assert_int_equal(m->npages, 3 * N);
+    assert_ptr_equal(pm_pagemap_span(base + 3 * N - 1), m);
+
+    pm_span_t *all = pm_pageheap_alloc(3 * N);
+    assert_non_null(all);
+    assert_int_equal(all->page, base);
+    assert_int_equal(all->npages, 3 * N);
+    assert_int_equal(all->zeroed, 0);
+    assert_int_equal(ph_stats().free, 0);
+    /* the bytes were not touched by the page heap */
+    assert_int_equal(page_ptr(base)[0], 0xab);
+    assert_int_equal(page_ptr(base)[3 * N * PAGE - 1], 0xab);
+    pm_pageheap_free(all);
+}
+
+static void test_pageheap_aligned(void **state)
+{
+    (void)state;
+    static const size_t aligns[] = {2, 4, 64, 256};
+    static const size_t sizes[] = {1, 3, 64, 100};
+    for (size_t i = 0; i < PM_ARRAY_LEN(aligns); i++) {
+        for (size_t j = 0; j < PM_ARRAY_LEN(sizes); j++) {
+            pm_pageheap_stats_t before = ph_stats();
+            pm_span_t *s = pm_pageheap_alloc_aligned(sizes[j], aligns[i]);
+            assert_non_null(s);
+            assert_int_equal(s->page % aligns[i], 0);
+            assert_int_equal(s->npages, sizes[j]);
+            assert_int_equal(s->state, PM_SPAN_IN_USE);
+            assert_ptr_equal(pm_pagemap_span(s->page), s);
+            assert_ptr_equal(pm_pagemap_span(s->page + s->npages - 1), s);
+            pm_pageheap_stats_t after = ph_stats();
+            assert_int_equal(after.in_use - before.in_use, sizes[j] * PAGE);
+            memset(page_ptr(s->page), 0x11, sizes[j] * PAGE);
+            pm_pageheap_free(s);
+            assert_int_equal(ph_stats().in_use, before.in_use);
+        }
+    }
+}
+
+static void test_pageheap_release_all(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    pm_span_t *s = pm_pageheap_alloc(N);
+    assert_non_null(s);
+    uintptr_t page = s->page;
+    memset(page_ptr(page), 0xcd, N * PAGE);
+    pm_pageheap_free(s);
+    pm_pageheap_stats_t before = ph_stats();
+    assert_true(before.free >= N * PAGE);
+    pm_pageheap_release_all();
+    pm_pageheap_stats_t after = ph_stats();
+    assert_int_equal(after.free, 0);
+    assert_int_equal(after.released - before.released, before.free);
+    assert_int_equal(after.mapped, before.mapped);
+    assert_int_equal(after.in_use, before.in_use);
+
+    /* every span handed out now is released memory: zeroed, and reads as
+     * zero; take single pages until each page written above came back */
+    size_t max = after.released / PAGE + 1, k = 0, covered = 0;
+    pm_span_t **got = calloc(max, sizeof *got);
+    assert_non_null(got);
+    int bad = 0;
+    while (k < max && covered < N) {
+        pm_span_t *t = pm_pageheap_alloc(1);
+        if (!t) break;
+        got[k++] = t;
+        if (t->zeroed != 1 || !all_zero(page_ptr(t->page), PAGE)) bad++;
+        if (t->page >= page && t->page < page + N) covered++;
+    }
+    for (size_t i = 0; i < k; i++) pm_pageheap_free(got[i]);
+    free(got);
+    pm_pageheap_release_all();
+    assert_int_equal(bad, 0);
+    assert_int_equal(covered, N);
+}
+
+/* ======================================================================
+ * central.c  (classes no other test uses: 208 B and 3328 B)
+ * ==================================================================== */
+
+static unsigned class_of_size(size_t size)
+{
+    unsigned c = pm_sizeclass_of(size);
+    assert_int_equal(pm_class_size[c], size);
+    return c;
+}
+
+static uint32_t chain_len(void *chain)
+{
+    uint32_t n = 0;
+    for (void *p = chain; p; p = *(void **)p) n++;
+    return n;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint32_t freelist_len(const pm_span_t *s)
+{
+    uint32_t n = 0;
+    for (void *p = s->freelist; p; p = *(void **)p) n++;
+    return n;
+}
+
+/* Checks every object of a chain and the central invariants; `objs` gets
+ * the objects (n of them). */
+static void check_chain(unsigned cls, void *chain, uint32_t n, void **objs)
+{
+    size_t size = pm_class_size[cls];
+    uint32_t i = 0;
+    for (void *p = chain; p; p = *(void **)p) {
+        assert_true(i < n);
+        objs[i++] = p;
+    }
+    assert_int_equal(i, n);
+    for (i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)objs[i], page = a >> PM_PAGE_SHIFT;
+        pm_span_t *s = pm_pagemap_span(page);
+        assert_non_null(s);
+        assert_int_equal(s->cls, cls);
+        assert_int_equal(s->state, PM_SPAN_IN_USE);
+        assert_int_equal(s->npages, pm_class_pages[cls]);
+        assert_int_equal(pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)] & 0xff, cls);
+        assert_int_equal(a % PM_ALIGNMENT, 0);
+        uintptr_t off = a - (s->page << PM_PAGE_SHIFT);
+        assert_int_equal(off % size, 0);
+        assert_true(off + size <= s->npages * PAGE);
+    }
+    qsort(objs, n, sizeof *objs, cmp_ptr);
+    for (i = 1; i < n; i++) assert_true((uintptr_t)objs[i] >= (uintptr_t)objs[i - 1] + size);
+}
+
+static void check_span_invariant(const pm_span_t *s)
+{
+    assert_int_equal(s->capacity, s->npages * PAGE / pm_class_size[s->cls]);
+    assert_true(s->carved <= s->capacity);
+    assert_int_equal(s->allocated + freelist_len(s) + (s->capacity - s->carved), s->capacity);
+}
+
+/* Σ allocated over the spans of `objs` == out + nslots * batch, for a class
+ * whose every span holds one of objs (objs: held or parked in slots). */
+static void check_central_invariant(unsigned cls, void **objs, size_t n)
+{
+    pm_central_t *c = &pm_central[cls];
+    pm_span_t *seen[256];
+    size_t nseen = 0;
+    uint64_t allocated = 0;
+    for (size_t i = 0; i < n; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)objs[i] >> PM_PAGE_SHIFT);
+        size_t j = 0;
+        while (j < nseen && seen[j] != s) j++;
+        if (j < nseen) continue;
+        assert_true(nseen < PM_ARRAY_LEN(seen));
+        seen[nseen++] = s;
+        check_span_invariant(s);
+        allocated += s->allocated;
+    }
+    assert_int_equal(allocated, c->out + (uint64_t)c->nslots * pm_class_batch[cls]);
+    assert_int_equal(c->spans, nseen);
+}
+
+static void test_central_get_put(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(208);
+    pm_central_t *c = &pm_central[cls];
+    uint32_t cap = pm_class_pages[cls] * PAGE / 208;
+    assert_ptr_equal(c->nonempty.next, &c->nonempty); /* untouched class */
+    assert_int_equal(c->nslots, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    uint32_t n = 2 * cap + 5, got = 0; /* three spans, not a batch */
+    assert_true(n != pm_class_batch[cls]);
+    void *chain = pm_central_get(cls, n, &got);
+    assert_non_null(chain);
+    assert_int_equal(got, n);
+    void **objs = calloc(n, sizeof *objs);
+    check_chain(cls, chain, n, objs);
+    assert_int_equal(c->out, n);
+    assert_int_equal(c->spans, 3);
+    assert_int_equal(ph_stats().in_use - before.in_use, 3 * pm_class_pages[cls] * PAGE);
+    check_central_invariant(cls, objs, n);
+    /* only the partly carved span is still on the nonempty list */
+    assert_ptr_not_equal(c->nonempty.next, &c->nonempty);
+    assert_ptr_equal(c->nonempty.next->next, &c->nonempty);
+    assert_int_equal(c->nonempty.next->carved, 5);
+
+    /* back one at a time, but keep one object of each span */
+    pm_span_t *spans[3] = {0};
+    void *keep[3] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)objs[i] >> PM_PAGE_SHIFT);
+        int k = 0;
+        while (k < 3 && spans[k] && spans[k] != s) k++;
+        assert_true(k < 3);
+        if (!spans[k]) {
+            spans[k] = s;
+            keep[k] = objs[i];
+            continue;
+        }
+        *(void **)objs[i] = NULL;
+        pm_central_put(cls, objs[i], 1);
+    }
+    assert_int_equal(c->out, 3);
+    assert_int_equal(c->spans, 3);
+    assert_int_equal(ph_stats().in_use - before.in_use, 3 * pm_class_pages[cls] * PAGE);
+    check_central_invariant(cls, keep, 3);
+    /* the last object of a span sends the span back to the page heap */
+    for (int k = 0; k < 3; k++) {
+        uint64_t in_use = ph_stats().in_use;
+        *(void **)keep[k] = NULL;
+        pm_central_put(cls, keep[k], 1);
+        assert_int_equal(in_use - ph_stats().in_use, pm_class_pages[cls] * PAGE);
+        assert_int_equal(c->spans, 2u - k);
+        uintptr_t page = spans[k]->page;
+        assert_int_equal(pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], 0);
+    }
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->span_free, 0);
+    assert_ptr_equal(c->nonempty.next, &c->nonempty);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+
+    /* a whole chain back at once (n is not a batch: into the spans) */
+    chain = pm_central_get(cls, n, &got);
+    assert_int_equal(got, n);
+    pm_central_put(cls, chain, n);
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(objs);
+}
+
+static void test_central_transfer_slots(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(3328);
+    pm_central_t *c = &pm_central[cls];
+    uint32_t batch = pm_class_batch[cls];
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    uint32_t got;
+    void *chain = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    void *objs[64];
+    check_chain(cls, chain, batch, objs);
+    assert_int_equal(c->out, batch);
+
+    /* a full batch parks in a slot */
+    pm_central_put(cls, chain, batch);
+    assert_int_equal(c->nslots, 1);
+    assert_int_equal(c->out, 0);
+    check_central_invariant(cls, objs, batch);
+    /* nothing went back to the spans */
+    uint64_t in_use = ph_stats().in_use;
+    assert_true(in_use > before.in_use);
+
+    /* the next batch get returns the same chain, O(1) */
+    void *again = pm_central_get(cls, batch, &got);
+    assert_ptr_equal(again, chain);
+    assert_int_equal(got, batch);
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, batch);
+    assert_int_equal(chain_len(again), batch);
+    void *objs2[64];
+    check_chain(cls, again, batch, objs2);
+    assert_memory_equal(objs, objs2, batch * sizeof(void *));
+
+    /* slots are bounded by max_slots: the rest goes into the spans */
+    uint32_t nb = c->max_slots + 1;
+    void **chains = calloc(nb, sizeof *chains);
+    chains[0] = again;
+    for (uint32_t i = 1; i < nb; i++) {
+        chains[i] = pm_central_get(cls, batch, &got);
+        assert_int_equal(got, batch);
+    }
+    for (uint32_t i = 0; i < nb; i++) pm_central_put(cls, chains[i], batch);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->out, 0);
+    /* drain: take every slot back and return it object by object */
+    while (c->nslots) {
+        void *ch = pm_central_get(cls, batch, &got);
+        while (ch) {
+            void *next = *(void **)ch;
+            *(void **)ch = NULL;
+            pm_central_put(cls, ch, 1);
+            ch = next;
+        }
+    }
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(c->span_free, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(chains);
+}
+
+/* ======================================================================
+ * tcache.c and alloc.c through pm_malloc & co.
+ * ==================================================================== */
+
+static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
+{
+    size_t cap = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        const pm_tlist_t *l = &t->list[c];
+        cap += (size_t)l->max_len * pm_class_size[c];
+        uint32_t n = 0;
+        for (void *p = l->head; p && n <= l->len; p = *(void **)p) n++;
+        if (n != l->len) fail_msg("%s: class %u: len %u but %u on the list", where, c, l->len, n);
+    }
+    if (cap != t->capacity) fail_msg("%s: capacity %zu != Σ max_len·size %zu", where, t->capacity, cap);
+    size_t budget = atomic_load(&((pm_tcache_t *)t)->budget);
+    if (t->capacity > budget) fail_msg("%s: capacity %zu > budget %zu", where, t->capacity, budget);
+}
+
+typedef struct {
+    int state_before, state_after_malloc, state_after_free;
+    uint32_t max_len_first;
+    uint32_t grow_bad;           /* growth steps that broke slow start */
+    uint32_t grow_steps, max_len_end;
+    uint32_t len_over;           /* frees after which len > max_len */
+    uint32_t len_over_at, len_over_len, len_over_max;
+    uint64_t threads_in;
+    size_t capacity, budget, sum;
+    uint32_t bad_list;
+} slowstart_t;
+
+static void *slowstart_thread(void *arg)
+{
+    slowstart_t *r = arg;
+    unsigned cls = pm_sizeclass_of(64);
+    uint32_t batch = pm_class_batch[cls];
+    pm_tlist_t *l = &pm_tls.list[cls];
+    enum { N = 2000 };
+    static void *blocks[N];
+    r->state_before = pm_tls.state;
+    blocks[0] = pm_malloc(64);
+    r->state_after_malloc = pm_tls.state;
+    r->max_len_first = l->max_len;
+    r->threads_in = stats().threads;
+    for (int i = 1; i < N; i++) {
+        uint32_t len = l->len, max = l->max_len;
+        blocks[i] = pm_malloc(64);
+        if (l->max_len != max) {
+            r->grow_steps++;
+            uint32_t want = max < batch ? max + 1 : max + batch;
+            if (len != 0 || l->max_len != want) r->grow_bad++;
+        }
+    }
+    r->max_len_end = l->max_len;
+    for (int i = 0; i < N; i++) {
+        pm_free(blocks[i]);
+        if (l->len > l->max_len && !r->len_over++) {
+            r->len_over_at = (uint32_t)i;
+            r->len_over_len = l->len;
+            r->len_over_max = l->max_len;
+        }
+    }
+    r->state_after_free = pm_tls.state;
+    size_t sum = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        sum += (size_t)pm_tls.list[c].max_len * pm_class_size[c];
+        if (pm_tls.list[c].len > pm_tls.list[c].max_len) r->bad_list++;
+    }
+    r->sum = sum;
+    r->capacity = pm_tls.capacity;
+    r->budget = atomic_load(&pm_tls.budget);
+    return NULL;
+}
+
+static void test_tcache_fresh_thread_and_slow_start(void **state)
+{
+    (void)state;
+    slowstart_t r;
+    memset(&r, 0, sizeof r);
+    uint64_t threads0 = stats().threads;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slowstart_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.state_before, PM_THREAD_EMPTY);
+    assert_int_equal(r.state_after_malloc, PM_THREAD_ACTIVE);
+    assert_int_equal(r.state_after_free, PM_THREAD_ACTIVE);
+    assert_int_equal(r.threads_in, threads0 + 1);
+    assert_int_equal(r.max_len_first, 1);
+    assert_true(r.grow_steps > 10);
+    assert_int_equal(r.grow_bad, 0);
+    assert_true(r.max_len_end > pm_class_batch[pm_sizeclass_of(64)]);
+    assert_int_equal(r.sum, r.capacity);
+    assert_true(r.capacity <= r.budget);
+    assert_int_equal(stats().threads, threads0);
+}
+
+/* pm_types.h: "len <= max_len, except while a free is deciding what to do
+ * with an overflow" -- so it holds again whenever pm_free has returned.
+ * The slow-start thread above frees 2000 blocks of 64 bytes after growing
+ * the list far beyond a batch, which makes the list shrink on overflow. */
+static void test_tcache_len_within_max_len(void **state)
+{
+    (void)state;
+    slowstart_t r;
+    memset(&r, 0, sizeof r);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slowstart_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.len_over)
+        fail_msg("len > max_len after %u of the frees (first after free #%u: len %u, max_len %u)",
+                 r.len_over, r.len_over_at, r.len_over_len, r.len_over_max);
+    assert_int_equal(r.bad_list, 0);
+}
+
+typedef struct {
+    uint64_t threads_in, cache_in, own;
+} exit_t;
+
+static void *exit_thread(void *arg)
+{
+    exit_t *r = arg;
+    enum { N = 400 };
+    static void *b[N];
+    static const size_t sizes[] = {32, 256, 1024, 4096};
+    for (size_t k = 0; k < PM_ARRAY_LEN(sizes); k++) {
+        for (int i = 0; i < N; i++) b[i] = pm_malloc(sizes[k]);
+        for (int i = 0; i < N; i++) pm_free(b[i]);
+    }
+    uint64_t own = 0;
+    for (unsigned c = 1; c < pm_class_count; c++)
+        own += (uint64_t)pm_tls.list[c].len * pm_class_size[c];
+    r->own = own;
+    profmalloc_stats_t s = stats();
+    r->threads_in = s.threads;
+    r->cache_in = s.thread_cache;
+    return NULL;
+}
+
+static void test_tcache_exit_flushes(void **state)
+{
+    (void)state;
+    exit_t r = {0};
+    profmalloc_stats_t s0 = stats();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, exit_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    profmalloc_stats_t s1 = stats();
+    assert_true(r.own > 64 * 1024);
+    assert_int_equal(r.threads_in, s0.threads + 1);
+    assert_int_equal(r.cache_in, s0.thread_cache + r.own);
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.thread_cache, s0.thread_cache);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_stats_balance(&s1);
+}
+
+/* ---- DEAD state: a key destructor that runs after the allocator's ---- */
+
+static pthread_key_t late_key;
+static struct {
+    int state_at, state_after;
+    int malloc_ok, calloc_ok, realloc_ok, large_ok;
+    uint32_t max_len;
+} dead;
+
+static void late_destructor(void *arg)
+{
+    dead.state_at = pm_tls.state;
+    void *keep = arg;
+    char *p = pm_malloc(100);
+    dead.malloc_ok = p != NULL && pm_usable_size(p) >= 100;
+    if (p) memset(p, 0x77, 100);
+    char *q = pm_calloc(10, 30);
+    dead.calloc_ok = q != NULL && all_zero(q, 296);
+    p = pm_realloc(p, 5000);
+    dead.realloc_ok = p != NULL && p[0] == 0x77 && p[99] == 0x77;
+    void *big = pm_malloc(1 << 20);
+    dead.large_ok = big != NULL;
+    pm_free(big);
+    pm_free(q);
+    pm_free(p);
+    pm_free(keep); /* allocated while the thread was ACTIVE */
+    dead.state_after = pm_tls.state;
+    dead.max_len = pm_tls.list[pm_sizeclass_of(128)].max_len;
+}
+
+static void *dead_thread(void *arg)
+{
+    (void)arg;
+    void *keep = pm_malloc(128); /* the thread is ACTIVE now */
+    void *tmp = pm_malloc(128);
+    pm_free(tmp);
+    pthread_setspecific(late_key, keep);
+    return NULL;
+}
+
+static void test_tcache_dead_thread(void **state)
+{
+    (void)state;
+    /* created long after init, so after the allocator's key: glibc runs
+     * destructors in key order */
+    assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+    profmalloc_stats_t s0 = stats();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, dead_thread, NULL), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    profmalloc_stats_t s1 = stats();
+    pthread_key_delete(late_key);
+    assert_int_equal(dead.state_at, PM_THREAD_DEAD);
+    assert_int_equal(dead.state_after, PM_THREAD_DEAD);
+    assert_true(dead.malloc_ok);
+    assert_true(dead.calloc_ok);
+    assert_true(dead.realloc_ok);
+    assert_true(dead.large_ok);
+    assert_int_equal(dead.max_len, 0);
+    /* nothing leaked into a cache that nobody owns, the thread is gone */
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_int_equal(s1.thread_cache, s0.thread_cache);
+    assert_stats_balance(&s1);
+}
+
+/* ---- budget invariant after a mixed workload, in several threads ----- */
+
+typedef struct {
+    unsigned seed;
+    size_t capacity, sum, budget;
+    uint32_t len_over;
+} budget_t;
+
+static void *budget_thread(void *arg)
+{
+    budget_t *r = arg;
+    enum { SLOTS = 4096 };
+    void **slot = calloc(SLOTS, sizeof *slot);
+    unsigned x = r->seed;
+    for (int i = 0; i < 200000; i++) {
+        x = x * 1103515245u + 12345u;
+        unsigned k = (x >> 8) % SLOTS;
+        if (slot[k]) {
+            pm_free(slot[k]);
+            slot[k] = NULL;
+        } else {
+            size_t size = (x >> 20) % 4 == 0 ? (x >> 4) % 32768 : (x >> 4) % 512;
+            slot[k] = pm_malloc(size);
+        }
+    }
+    for (int k = 0; k < SLOTS; k++) pm_free(slot[k]);
+    free(slot);
+    size_t sum = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        sum += (size_t)pm_tls.list[c].max_len * pm_class_size[c];
+        if (pm_tls.list[c].len > pm_tls.list[c].max_len) r->len_over++;
+    }
+    r->sum = sum;
+    r->capacity = pm_tls.capacity;
+    r->budget = atomic_load(&pm_tls.budget);
+    return NULL;
+}
+
+static void test_tcache_budget_invariant(void **state)
+{
+    (void)state;
+    enum { T = 4 };
+    budget_t r[T];
+    pthread_t th[T];
+    memset(r, 0, sizeof r);
+    profmalloc_stats_t s0 = stats();
+    for (int i = 0; i < T; i++) {
+        r[i].seed = 1234u + (unsigned)i * 7919u;
+        assert_int_equal(pthread_create(&th[i], NULL, budget_thread, &r[i]), 0);
+    }
+    for (int i = 0; i < T; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(r[i].sum, r[i].capacity);
+        assert_true(r[i].capacity <= r[i].budget);
+        assert_true(r[i].budget <= pm_options.tcache_bytes);
+    }
+    profmalloc_stats_t s1 = stats();
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_stats_balance(&s1);
+    /* the main thread's cache obeys it too */
+    void *p = pm_malloc(10);
+    pm_free(p);
+    check_tcache_invariants(&pm_tls, "main thread");
+}
+
+/* ---- the malloc family -------------------------------------------------- */
+
+static void test_alloc_malloc_free_usable(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {0, 1, 15, 16, 17, 100, 128, 129, 1000, 1024, 1025,
+                                   4000, 65536, 100000, PM_MAX_SMALL - 1, PM_MAX_SMALL,
+                                   PM_MAX_SMALL + 1, 300000, 1u << 20, (1u << 20) + 1};
+    void *p[PM_ARRAY_LEN(sizes)];
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++) {
+        size_t s = sizes[i];
+        p[i] = pm_malloc(s);
+        assert_non_null(p[i]);
+        assert_int_equal((uintptr_t)p[i] % PM_ALIGNMENT, 0);
+        size_t u = pm_usable_size(p[i]);
+        assert_true(u >= s);
+        if (s <= PM_MAX_SMALL) {
+            assert_int_equal(u, pm_class_size[pm_sizeclass_of(s)]);
+        } else {
+            assert_int_equal(u, (s + PAGE - 1) / PAGE * PAGE);
+            assert_int_equal((uintptr_t)p[i] % PAGE, 0);
+        }
+        memset(p[i], (int)i, u);
+    }
+    /* all distinct and not overlapping */
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++)
+        for (size_t j = i + 1; j < PM_ARRAY_LEN(sizes); j++) {
+            uintptr_t a = (uintptr_t)p[i], b = (uintptr_t)p[j];
+            assert_true(a + pm_usable_size(p[i]) <= b || b + pm_usable_size(p[j]) <= a);
+        }
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++) {
+        const uint8_t *c = p[i];
+        assert_int_equal(c[0], (uint8_t)i);
+        assert_int_equal(c[pm_usable_size(p[i]) - 1], (uint8_t)i);
+        pm_free(p[i]);
+    }
+    assert_int_equal(pm_usable_size(NULL), 0);
+    pm_free(NULL);
+    errno = 0;
+    assert_null(pm_malloc((size_t)PTRDIFF_MAX + 1));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(pm_malloc(SIZE_MAX));
+    assert_int_equal(errno, ENOMEM);
+    /* free keeps errno */
+    void *big = pm_malloc(20u << 20);
+    errno = 4321;
+    pm_free(big);
+    assert_int_equal(errno, 4321);
+}
+
+static void test_alloc_calloc(void **state)
+{
+    (void)state;
+    /* small: a recycled dirty block comes back zeroed */
+    char *p = pm_malloc(1000);
+    memset(p, 0xee, 1000);
+    pm_free(p);
+    char *q = pm_calloc(10, 100);
+    assert_ptr_equal(q, p);
+    assert_true(all_zero(q, 1000));
+    pm_free(q);
+    /* large: resident dirty pages come back zeroed */
+    pm_pageheap_release_all();
+    char *big = pm_malloc(3u << 20);
+    memset(big, 0xee, 3u << 20);
+    pm_free(big);
+    char *z = pm_calloc(3, 1u << 20);
+    assert_ptr_equal(z, big);
+    assert_true(all_zero(z, 3u << 20));
+    pm_free(z);
+    /* overflow */
+    errno = 0;
+    assert_null(pm_calloc(SIZE_MAX / 2, 3));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(pm_calloc((size_t)1 << 32, (size_t)1 << 32));
+    assert_int_equal(errno, ENOMEM);
+    void *zero = pm_calloc(0, 0);
+    assert_non_null(zero);
+    pm_free(zero);
+}
+
+static void test_alloc_realloc(void **state)
+{
+    (void)state;
+    uint8_t *p = pm_realloc(NULL, 40);
+    assert_non_null(p);
+    for (int i = 0; i < 40; i++) p[i] = (uint8_t)i;
+    /* grow through classes and into large blocks, contents kept */
+    static const size_t steps[] = {100, 1000, 5000, 70000, 300000, 2u << 20};
+    for (size_t k = 0; k < PM_ARRAY_LEN(steps); k++) {
+        p = pm_realloc(p, steps[k]);
+        assert_non_null(p);
+        assert_true(pm_usable_size(p) >= steps[k]);
+        for (size_t i = 0; i < 40; i++) assert_int_equal(p[i], (uint8_t)i);
+        p[steps[k] - 1] = 0x99;
+    }
+    /* shrinking a little keeps the block */
+    uint8_t *same = pm_realloc(p, (2u << 20) - 5000);
+    assert_ptr_equal(same, p);
+    /* shrinking a lot moves it */
+    uint8_t *small = pm_realloc(p, 64);
+    assert_non_null(small);
+    assert_ptr_not_equal(small, p);
+    for (size_t i = 0; i < 40; i++) assert_int_equal(small[i], (uint8_t)i);
+    /* a failed realloc leaves the block alone */
+    errno = 0;
+    assert_null(pm_realloc(small, SIZE_MAX));
+    assert_int_equal(errno, ENOMEM);
+    for (size_t i = 0; i < 40; i++) assert_int_equal(small[i], (uint8_t)i);
+    assert_true(pm_usable_size(small) >= 64);
+    /* realloc(p, 0) frees */
+    assert_null(pm_realloc(small, 0));
+    errno = 0;
+    assert_null(pm_reallocarray(NULL, SIZE_MAX / 2, 3));
+    assert_int_equal(errno, ENOMEM);
+}
+
+static void test_alloc_memalign(void **state)
+{
+    (void)state;
+    static const size_t aligns[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192,
+                                    16384, 65536, 1u << 20};
+    static const size_t sizes[] = {1, 24, 100, 1000, 5000, 9000, 70000, PM_MAX_SMALL, 300000};
+    for (size_t i = 0; i < PM_ARRAY_LEN(aligns); i++)
+        for (size_t j = 0; j < PM_ARRAY_LEN(sizes); j++) {
+            size_t a = aligns[i], s = sizes[j];
+            uint8_t *p = pm_memalign(a, s);
+            if (!p) fail_msg("memalign(%zu, %zu) failed", a, s);
+            if ((uintptr_t)p % a) fail_msg("memalign(%zu, %zu) = %p misaligned", a, s, (void *)p);
+            assert_true(pm_usable_size(p) >= s);
+            p[0] = 1;
+            p[s - 1] = 2;
+            pm_free(p);
+        }
+    /* non-power-of-two alignment rounds up, like glibc */
+    void *p = pm_memalign(48, 10);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    pm_free(p);
+    p = pm_memalign(3 * 8192, 10);
+    assert_int_equal((uintptr_t)p % 32768, 0);
+    pm_free(p);
+    void *out = (void *)0x1;
+    assert_int_equal(pm_posix_memalign(&out, 24, 10), EINVAL);
+    assert_int_equal(pm_posix_memalign(&out, 4, 10), EINVAL);
+    assert_ptr_equal(out, (void *)0x1);
+    assert_int_equal(pm_posix_memalign(&out, 4096, 10), 0);
+    assert_int_equal((uintptr_t)out % 4096, 0);
+    pm_free(out);
+    p = pm_valloc(10);
+    assert_int_equal((uintptr_t)p % 4096, 0);
+    pm_free(p);
+    p = pm_pvalloc(5000);
+    assert_int_equal((uintptr_t)p % 4096, 0);
+    assert_true(pm_usable_size(p) >= 8192);
+    pm_free(p);
+}
+
+/* memalign with an alignment above the page size and size 0 must still
+ * return a valid, unique, freeable block (glibc does). */
+static void test_alloc_memalign_size_zero(void **state)
+{
+    (void)state;
+    static const size_t aligns[] = {16, 4096, 8192, 16384, 65536};
+    for (size_t i = 0; i < PM_ARRAY_LEN(aligns); i++) {
+        void *a = pm_memalign(aligns[i], 0);
+        void *b = pm_memalign(aligns[i], 0);
+        if (!a || !b) fail_msg("memalign(%zu, 0) returned NULL", aligns[i]);
+        assert_ptr_not_equal(a, b);
+        assert_int_equal((uintptr_t)a % aligns[i], 0);
+        pm_span_t *s = pm_pagemap_span((uintptr_t)a >> PM_PAGE_SHIFT);
+        if (!s || s->state != PM_SPAN_IN_USE || s->npages == 0)
+            fail_msg("memalign(%zu, 0) = %p lies in no in-use span (span %p, npages %zu)",
+                     aligns[i], a, (void *)s, s ? s->npages : 0);
+        pm_free(a);
+        pm_free(b);
+    }
+}
+
+/* ======================================================================
+ * stats.c
+ * ==================================================================== */
+
+static void test_stats_balance(void **state)
+{
+    (void)state;
+    profmalloc_stats_t s0 = stats();
+    assert_stats_balance(&s0);
+    assert_true(s0.threads >= 1);
+    assert_int_equal(s0.resident_estimate, s0.mapped - s0.released);
+
+    static const size_t sizes[] = {1, 100, 1000, 20000, PM_MAX_SMALL, 300000, 5u << 20};
+    void *p[PM_ARRAY_LEN(sizes)];
+    uint64_t expect = s0.in_use;
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++) {
+        p[i] = pm_malloc(sizes[i]);
+        assert_non_null(p[i]);
+        expect += pm_usable_size(p[i]);
+        profmalloc_stats_t s = stats();
+        assert_int_equal(s.in_use, expect);
+        assert_stats_balance(&s);
+    }
+    for (size_t i = 0; i < PM_ARRAY_LEN(sizes); i++) {
+        expect -= pm_usable_size(p[i]);
+        pm_free(p[i]);
+        profmalloc_stats_t s = stats();
+        assert_int_equal(s.in_use, expect);
+        assert_stats_balance(&s);
+    }
+    /* many small blocks: spans, central lists and thread cache all move */
+    enum { N = 5000 };
+    void **b = calloc(N, sizeof *b);
+    for (int i = 0; i < N; i++) b[i] = pm_malloc((size_t)(i % 700) + 1);
+    profmalloc_stats_t s1 = stats();
+    assert_stats_balance(&s1);
+    for (int i = 0; i < N; i += 2) pm_free(b[i]);
+    profmalloc_stats_t s2 = stats();
+    assert_stats_balance(&s2);
+    for (int i = 1; i < N; i += 2) pm_free(b[i]);
+    free(b);
+    profmalloc_stats_t s3 = stats();
+    assert_stats_balance(&s3);
+    assert_int_equal(s3.in_use, s0.in_use);
+    /* trimming moves resident free pages to released, nothing else */
+    pm_malloc_trim(0);
+    profmalloc_stats_t s4 = stats();
+    assert_stats_balance(&s4);
+    assert_int_equal(s4.pageheap_free, 0);
+    assert_int_equal(s4.thread_cache, 0); /* the only live thread flushed */
+    assert_int_equal(s4.in_use, s0.in_use);
+}
+
+/* ======================================================================
+ * sampler.c
+ * ==================================================================== */
+
+static int close_rel(double got, double want, double tol)
+{
+    if (got == want) return 1;
+    return fabs(got - want) <= tol * fabs(want);
+}
+
+static void test_sampler_neg_log(void **state)
+{
+    (void)state;
+    assert_true(pm_sampler_neg_log(1.0) == 0.0);
+    static const double known[] = {0.5, 0.25, 0.1, 1e-3, 1e-10, 1e-100, 1e-300, 2.2250738585072014e-308,
+                                   0.7071067811865475, 0.7071067811865476, 0.99, 0.999999,
+                                   1.0 - 1.0 / 9007199254740992.0, 1.0 / 9007199254740992.0,
+                                   0.3678794411714423};
+    for (size_t i = 0; i < PM_ARRAY_LEN(known); i++) {
+        double u = known[i], got = pm_sampler_neg_log(u), want = -log(u);
+        if (!close_rel(got, want, 1e-9)) fail_msg("neg_log(%.17g) = %.17g, want %.17g", u, got, want);
+    }
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double u = ((double)(x >> 11) + 1.0) / 9007199254740992.0;
+        if (i % 4 == 0) u = ldexp(u, -(int)(x % 900)); /* spread the exponent */
+        double got = pm_sampler_neg_log(u), want = -log(u);
+        if (!close_rel(got, want, 1e-9)) fail_msg("neg_log(%.17g) = %.17g, want %.17g", u, got, want);
+    }
+}
+
+static void test_sampler_prob(void **state)
+{
+    (void)state;
+    assert_true(pm_sampler_prob(0.0) == 0.0);
+    for (double x = 1e-9; x <= 50.0; x *= 1.01) {
+        double got = pm_sampler_prob(x), want = -expm1(-x);
+        if (!close_rel(got, want, 1e-9)) fail_msg("prob(%.17g) = %.17g, want %.17g", x, got, want);
+        assert_true(got >= 0.0 && got <= 1.0);
+    }
+    static const double edges[] = {0.25, 0.2499999999, 0.25000001, 0.6931471805599453, 40.0, 40.0001, 1.0};
+    for (size_t i = 0; i < PM_ARRAY_LEN(edges); i++) {
+        double x = edges[i], got = pm_sampler_prob(x), want = -expm1(-x);
+        if (!close_rel(got, want, 1e-9)) fail_msg("prob(%.17g) = %.17g, want %.17g", x, got, want);
+    }
+    /* monotone */
+    double prev = 0;
+    for (double x = 1e-6; x < 45; x *= 1.003) {
+        double p = pm_sampler_prob(x);
+        if (p < prev) fail_msg("prob not monotone at %.17g", x);
+        prev = p;
+    }
+}
+
+static void test_sampler_next(void **state)
+{
+    (void)state;
+    static const uint64_t rates[] = {1000, 65536, 524288};
+    enum { N = 200000 };
+    for (size_t r = 0; r < PM_ARRAY_LEN(rates); r++) {
+        uint64_t rng = 0x9E3779B97F4A7C15ull ^ (rates[r] * 2654435761u);
+        double sum = 0, sum2 = 0;
+        int64_t min = INT64_MAX;
+        for (int i = 0; i < N; i++) {
+            int64_t g = pm_sampler_next(&rng, rates[r]);
+            if (g < min) min = g;
+            sum += (double)g;
+            sum2 += (double)g * (double)g;
+        }
+        double rate = (double)rates[r], mean = sum / N, se = rate / sqrt((double)N);
+        if (fabs(mean - rate) > 4 * se)
+            fail_msg("rate %.0f: mean gap %.1f, more than 4 std errors (%.1f) off", rate, mean, se);
+        /* exponential: variance == mean^2 (loose, 10%) */
+        double var = sum2 / N - mean * mean;
+        if (fabs(sqrt(var) - rate) > 0.1 * rate)
+            fail_msg("rate %.0f: std dev %.1f, want ~%.0f", rate, sqrt(var), rate);
+        assert_true(min >= 0);
+        assert_true(rng != 0);
+    }
+    /* same seed, same sequence */
+    uint64_t a = 42, b = 42;
+    for (int i = 0; i < 100; i++) assert_int_equal(pm_sampler_next(&a, 4096), pm_sampler_next(&b, 4096));
+    uint64_t rng = 7;
+    for (int i = 0; i < 1000; i++) assert_int_equal(pm_sampler_next(&rng, 1), -1);
+    for (int i = 0; i < 1000; i++) assert_true(pm_sampler_next(&rng, 0) >= INT64_MAX / 4);
+    /* a zero state is reseeded, not stuck */
+    rng = 0;
+    pm_sampler_next(&rng, 1000);
+    assert_true(rng != 0);
+    assert_true(pm_sampler_seed() != 0);
+}
+
+/* ======================================================================
+ * fmt.c and options.c
+ * ==================================================================== */
+
+static void test_fmt_parse_size(void **state)
+{
+    (void)state;
+    static const struct { const char *s; uint64_t v; } ok[] = {
+        {"0", 0}, {"1", 1}, {"512k", 512u << 10}, {"2M", 2u << 20}, {"1G", 1u << 30},
+        {"64KiB", 64u << 10}, {"3kb", 3u << 10}, {"7K", 7u << 10}, {"5m", 5u << 20},
+        {"2T", (uint64_t)2 << 40}, {"10B", 10}, {"4MiB", 4u << 20}, {"1gb", 1u << 30},
+        {"007", 7}, {"18446744073709551615", UINT64_MAX}, {"16777215T", (uint64_t)16777215 << 40},
+    };
+    for (size_t i = 0; i < PM_ARRAY_LEN(ok); i++) {
+        uint64_t v = 12345;
+        if (pm_fmt_parse_size(ok[i].s, &v) != 0) fail_msg("\"%s\" rejected", ok[i].s);
+        if (v != ok[i].v) fail_msg("\"%s\" = %llu, want %llu", ok[i].s, (unsigned long long)v,
+                                   (unsigned long long)ok[i].v);
+    }
+    static const char *bad[] = {"", "k", "12x", "-1", "1.5M", "99999999999999999999",
+                                "20000000T", "18446744073709551616", "16777216T", " 1", "1 ",
+                                "+1", "1kk", "1iB", "1KiBx", "1Bk", "0x10", "1e3", "M"};
+    for (size_t i = 0; i < PM_ARRAY_LEN(bad); i++) {
+        uint64_t v = 777;
+        if (pm_fmt_parse_size(bad[i], &v) == 0) fail_msg("\"%s\" accepted as %llu", bad[i],
+                                                         (unsigned long long)v);
+        assert_int_equal(v, 777);
+    }
+    uint64_t v;
+    assert_int_equal(pm_fmt_parse_size(NULL, &v), -1);
+}
+
+static void test_fmt_buf(void **state)
+{
+    (void)state;
+    char mem[64];
+    pm_buf_t b;
+    pm_buf_init(&b, mem, sizeof mem, -1);
+    pm_buf_str(&b, "n=");
+    pm_buf_u64(&b, 0);
+    pm_buf_str(&b, " ");
+    pm_buf_u64(&b, UINT64_MAX);
+    pm_buf_str(&b, " ");
+    pm_buf_hex(&b, 0);
+    pm_buf_str(&b, " ");
+    pm_buf_hex(&b, 0xdeadbeefull);
+    assert_int_equal(b.truncated, 0);
+    assert_int_equal(b.len, strlen("n=0 18446744073709551615 0x0 0xdeadbeef"));
+    assert_memory_equal(mem, "n=0 18446744073709551615 0x0 0xdeadbeef", b.len);
+    /* no fd: overflow truncates, never writes past cap */
+    char small[8 + 1];
+    small[8] = '#';
+    pm_buf_init(&b, small, 8, -1);
+    pm_buf_str(&b, "0123456789");
+    assert_int_equal(b.len, 8);
+    assert_int_equal(b.truncated, 1);
+    assert_int_equal(small[8], '#');
+    assert_memory_equal(small, "01234567", 8);
+    /* an fd: flushes when full, nothing lost */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pm_buf_init(&b, small, 8, fds[1]);
+    pm_buf_str(&b, "hello, world: ");
+    pm_buf_hex(&b, 0xabcdef0123456789ull);
+    assert_int_equal(pm_buf_flush(&b), 0);
+    close(fds[1]);
+    char out[64] = {0};
+    ssize_t n = read(fds[0], out, sizeof out - 1);
+    close(fds[0]);
+    assert_string_equal(out, "hello, world: 0xabcdef0123456789");
+    assert_int_equal(n, 32);
+    assert_int_equal(b.truncated, 0);
+    assert_int_equal(pm_fmt_strlen(""), 0);
+    assert_int_equal(pm_fmt_strlen("abc"), 3);
+    assert_true(pm_fmt_streq("abc", "abc"));
+    assert_false(pm_fmt_streq("abc", "abd"));
+    assert_false(pm_fmt_streq("abc", "ab"));
+    assert_false(pm_fmt_streq("ab", "abc"));
+}
+
+static void test_options_load(void **state)
+{
+    (void)state;
+    pm_options_t saved = pm_options;
+    setenv("PROFMALLOC_SAMPLE_RATE", "64k", 1);
+    setenv("PROFMALLOC_TCACHE_BYTES", "12x", 1);     /* malformed: keeps the default */
+    setenv("PROFMALLOC_RELEASE_BYTES", "1MiB", 1);
+    setenv("PROFMALLOC_UNWIND", "fp", 1);
+    setenv("PROFMALLOC_VERBOSE", "2", 1);             /* malformed */
+    setenv("PROFMALLOC_DUMP", "", 1);                 /* malformed */
+    pm_options_load();
+    assert_int_equal(pm_options.sample_rate, 64 * 1024);
+    assert_int_equal(pm_options.tcache_bytes, saved.tcache_bytes);
+    assert_int_equal(pm_options.release_bytes, 1u << 20);
+    assert_int_equal(pm_options.unwind_fp, 1);
+    assert_int_equal(pm_options.verbose, saved.verbose);
+    assert_ptr_equal(pm_options.dump_pattern, saved.dump_pattern);
+    setenv("PROFMALLOC_UNWIND", "dwarf", 1);
+    setenv("PROFMALLOC_DUMP", "x.%p.heap", 1);
+    pm_options_load();
+    assert_int_equal(pm_options.unwind_fp, 0);
+    assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
+    unsetenv("PROFMALLOC_SAMPLE_RATE");
+    unsetenv("PROFMALLOC_TCACHE_BYTES");
+    unsetenv("PROFMALLOC_RELEASE_BYTES");
+    unsetenv("PROFMALLOC_UNWIND");
+    unsetenv("PROFMALLOC_VERBOSE");
+    unsetenv("PROFMALLOC_DUMP");
+    pm_options = saved;
+}
+
+/* ======================================================================
+ * invalid free: a forked child must abort with the message
+ * ==================================================================== */
+
+static void expect_invalid_free(void *bad, const char *what)
+{
+    char want[80];
+    snprintf(want, sizeof want, "profmalloc: free(): invalid pointer 0x%lx", (unsigned long)(uintptr_t)bad);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        close(fds[0]);
+        dup2(fds[1], 2);
+        pm_free(bad);
+        _exit(0);
+    }
+    close(fds[1]);
+    char out[512];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof out - 1 && (n = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = 0;
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
+        fail_msg("%s: free(%p) did not abort (status 0x%x, stderr \"%s\")", what, bad, status, out);
+    if (!strstr(out, want)) fail_msg("%s: stderr \"%s\", want \"%s\"", what, out, want);
+    /* the address is the whole token */
+    const char *end = strstr(out, want) + strlen(want);
+    assert_true(*end == '\n' || *end == 0);
+}
+
+static void test_invalid_free(void **state)
+{
+    (void)state;
+    int local = 0;
+    expect_invalid_free(&local, "stack address");
+    char *small = pm_malloc(48);
+    expect_invalid_free(small + 24, "middle of a 48-byte block");
+    expect_invalid_free(small + 8, "8 bytes into a block");
+    char *large = pm_malloc(1u << 20);
+    expect_invalid_free(large + 16, "16 bytes into a large block");
+    expect_invalid_free(large + 3 * PAGE, "an inner page of a large block");
+    expect_invalid_free((char *)pm_free + 0, "a code address");
+    /* a freed large block */
+    char *gone = pm_malloc(1u << 20);
+    pm_free(gone);
+    expect_invalid_free(gone, "a freed large block");
+    /* the same small block twice in a row */
+    char *twice = pm_malloc(64);
+    pm_free(twice);
+    expect_invalid_free(twice, "a double free");
+    pm_free(large);
+    pm_free(small);
+}
+
+/* An interior pointer that is 16-byte aligned, on a page of a size class,
+ * while the thread's list for that class has room: the free fast path sees
+ * a valid class byte and alignment, so only validation can catch it. */
+static void test_invalid_free_interior_aligned(void **state)
+{
+    (void)state;
+    char *warm = pm_malloc(100000); /* the list for the class has room */
+    pm_free(warm);
+    char *big = pm_malloc(100000);
+    expect_invalid_free(big + 50000, "middle of a 100000-byte block");
+    char *mid = pm_malloc(64);
+    expect_invalid_free(mid + 32, "middle of a 64-byte block");
+    pm_free(mid);
+    pm_free(big);
+}
+
+/* ====================================================================== */
+
+int main(void)
+{
+    pm_init();
+    pm_sampler_set_rate(0);
+    const struct CMUnitTest sizeclass[] = {
+        cmocka_unit_test(test_sizeclass_table),
+        cmocka_unit_test(test_sizeclass_lookup_exhaustive),
+    };
+    const struct CMUnitTest pagemap[] = {
+        cmocka_unit_test(test_pagemap_set_and_lookup),
+        cmocka_unit_test(test_pagemap_unknown_and_out_of_range),
+    };
+    const struct CMUnitTest pageheap[] = {
+        cmocka_unit_test(test_pageheap_alloc_basic),
+        cmocka_unit_test(test_pageheap_reuse),
+        cmocka_unit_test(test_pageheap_coalesce_same_state),
+        cmocka_unit_test(test_pageheap_coalesce_three),
+        cmocka_unit_test(test_pageheap_aligned),
+        cmocka_unit_test(test_pageheap_release_all),
+    };
+    const struct CMUnitTest central[] = {
+        cmocka_unit_test(test_central_get_put),
+        cmocka_unit_test(test_central_transfer_slots),
+    };
+    const struct CMUnitTest tcache[] = {
+        cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
+        cmocka_unit_test(test_tcache_len_within_max_len),
+        cmocka_unit_test(test_tcache_exit_flushes),
+        cmocka_unit_test(test_tcache_dead_thread),
+        cmocka_unit_test(test_tcache_budget_invariant),
+    };
+    const struct CMUnitTest alloc[] = {
+        cmocka_unit_test(test_alloc_malloc_free_usable),
+        cmocka_unit_test(test_alloc_calloc),
+        cmocka_unit_test(test_alloc_realloc),
+        cmocka_unit_test(test_alloc_memalign),
+        cmocka_unit_test(test_alloc_memalign_size_zero),
+        cmocka_unit_test(test_stats_balance),
+    };
+    const struct CMUnitTest sampler[] = {
+        cmocka_unit_test(test_sampler_neg_log),
+        cmocka_unit_test(test_sampler_prob),
+        cmocka_unit_test(test_sampler_next),
+    };
+    const struct CMUnitTest fmt[] = {
+        cmocka_unit_test(test_fmt_parse_size),
+        cmocka_unit_test(test_fmt_buf),
+        cmocka_unit_test(test_options_load),
+    };
+    const struct CMUnitTest bad[] = {
+        cmocka_unit_test(test_invalid_free),
+        cmocka_unit_test(test_invalid_free_interior_aligned),
+    };
+    int failed = 0;
+    failed += cmocka_run_group_tests_name("sizeclass", sizeclass, NULL, NULL);
+    failed += cmocka_run_group_tests_name("pagemap", pagemap, NULL, NULL);
+    failed += cmocka_run_group_tests_name("pageheap", pageheap, NULL, NULL);
+    failed += cmocka_run_group_tests_name("central", central, NULL, NULL);
+    failed += cmocka_run_group_tests_name("tcache", tcache, NULL, NULL);
+    failed += cmocka_run_group_tests_name("alloc", alloc, NULL, NULL);
+    failed += cmocka_run_group_tests_name("sampler", sampler, NULL, NULL);
+    failed += cmocka_run_group_tests_name("fmt", fmt, NULL, NULL);
+    failed += cmocka_run_group_tests_name("invalid_free", bad, NULL, NULL);
+    return failed ? 1 : 0;
+}
