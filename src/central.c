@@ -28,15 +28,15 @@ static void unlink_span(pm_span_t *s)
     s->on_list = 0;
 }
 
-void pm_central_init(void)
+/* First use of a class, under its lock. */
+static void lock_central(pm_central_t *c, unsigned cls)
 {
-    for (unsigned cls = 1; cls < pm_class_count; cls++) {
-        pm_central_t *c = &pm_central[cls];
-        c->nonempty.next = c->nonempty.prev = &c->nonempty;
-        size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
-        size_t slots = (512 * 1024) / batch_bytes;
-        c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
-    }
+    pm_lock(&c->lock);
+    if (PM_LIKELY(c->nonempty.next != NULL)) return;
+    c->nonempty.next = c->nonempty.prev = &c->nonempty;
+    size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
+    size_t slots = (512 * 1024) / batch_bytes;
+    c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
 /* A fresh span for class cls, with every page mapped to it. */
@@ -57,7 +57,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     size_t size = pm_class_size[cls];
     void *chain = NULL;
     uint32_t k = 0;
-    pm_lock(&c->lock);
+    lock_central(c, cls);
     if (n == pm_class_batch[cls] && c->nslots) {
         chain = c->slots[--c->nslots];
         c->out += n;
@@ -135,7 +135,7 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
 void pm_central_put(unsigned cls, void *chain, uint32_t n)
 {
     pm_central_t *c = &pm_central[cls];
-    pm_lock(&c->lock);
+    lock_central(c, cls);
     c->out -= n;
     if (n == pm_class_batch[cls] && c->nslots < c->max_slots) {
         c->slots[c->nslots++] = chain;

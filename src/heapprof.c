@@ -4,7 +4,8 @@
  * s bytes sampled at mean rate R stands for 1/p blocks, p = 1 - e^(-s/R)
  * (weight 1 at R = 1, the exact mode).  Frees subtract the same weight.
  * Snapshots copy the buckets into mmap'd memory; pprof.c formats them.
- * Lock: prof_lock guards both hash tables and the record/bucket pools.
+ * Lock: prof.lock guards the three hash tables (stacks, buckets, records)
+ * and the record pool and arena.
  * Must never: unwind, map memory or write a file while holding it — pools
  * are refilled and tables grown with the lock dropped; never call malloc
  * (everything comes from meta.c or pm_os_map). */
@@ -15,17 +16,27 @@
 #include <errno.h>
 #include <fcntl.h>
 
+/* Every table entry starts with this header; tables grow by rehashing. */
+typedef struct node {
+    struct node *next;            /* hash chain */
+    uint64_t hash;
+} node_t;
+
+typedef struct table {
+    node_t **heads;               /* nheads chains, nheads a power of two */
+    uint64_t nheads, count;
+} table_t;
+
 /* A call stack, interned: buckets of many sizes share it. */
 typedef struct stack {
-    struct stack *next;           /* hash chain */
-    uint64_t hash;
+    node_t node;
     uint32_t depth;
     uintptr_t pcs[];              /* depth return addresses, leaf first */
 } stack_t;
 
 /* One (stack, requested size) pair: pprof's "bytes" label is exact. */
 typedef struct bucket {
-    struct bucket *next;          /* hash chain */
+    node_t node;
     const stack_t *stack;
     uint64_t size;
     double alloc_objects, alloc_bytes, free_objects, free_bytes;
@@ -36,29 +47,24 @@ typedef struct bucket {
  * the page's "sampled" flag in the page map is set while count > 0, so
  * frees of its other blocks take the slow path only while needed. */
 typedef struct record {
-    struct record *next;          /* hash chain, or pool free list */
-    uintptr_t addr;
+    node_t node;                  /* node.next also links the free pool */
+    uintptr_t key;
     bucket_t *bucket;
     double weight;
     uint64_t count;
 } record_t;
 
-#define BUCKET_HEADS (1u << 16)
-#define STACK_HEADS (1u << 14)
 #define POOL_CHUNK 64
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
+#define FIRST_HEADS 256
 
 static struct {
     pm_lock_t lock;
-    bucket_t **buckets;           /* BUCKET_HEADS chains */
-    uint64_t nbuckets;
-    record_t **records;           /* nheads chains keyed by address */
-    uint64_t nheads, nrecords;    /* records include per-page counts */
+    table_t stacks, buckets, records;  /* records include per-page counts */
     uint64_t nlive;               /* live sampled blocks */
     record_t *free_records;
-    stack_t **stacks;             /* STACK_HEADS chains */
     char *arena, *arena_end;      /* bump memory for stacks and buckets */
     uint64_t start_ns;
 } prof = {.lock = PM_LOCK_INIT};
@@ -83,74 +89,87 @@ uint64_t pm_heapprof_live_samples(void)
     return pm_relaxed_load((_Atomic uint64_t *)&prof.nlive);
 }
 
-/* ---- memory for the tables, got with the lock dropped ---------------- */
+/* ---- tables and pools, grown with the lock dropped ------------------- */
 
-static int ensure_locked_or_refill(void)
+static void table_insert_locked(table_t *t, node_t *n)
 {
-    if (!prof.buckets) {
-        size_t bytes = BUCKET_HEADS * sizeof(bucket_t *) + STACK_HEADS * sizeof(stack_t *);
-        pm_unlock(&prof.lock);
-        char *heads = pm_os_map(bytes, 0);
-        pm_lock(&prof.lock);
-        if (!heads) return -1;
-        if (prof.buckets) {
-            pm_unlock(&prof.lock);
-            pm_os_unmap(heads, bytes);
-            pm_lock(&prof.lock);
-        } else {
-            prof.buckets = (bucket_t **)heads;
-            prof.stacks = (stack_t **)(heads + BUCKET_HEADS * sizeof(bucket_t *));
-        }
-        return 1;
-    }
-    if (prof.nrecords + 2 > prof.nheads * 2) {
-        uint64_t want = prof.nheads ? prof.nheads * 4 : 4096;
-        pm_unlock(&prof.lock);
-        record_t **heads = pm_os_map(want * sizeof *heads, 0);
-        pm_lock(&prof.lock);
-        if (!heads) return -1;
-        record_t **old = prof.records;
-        uint64_t old_n = prof.nheads;
-        if (want <= old_n) { /* another thread grew it meanwhile */
-            old = heads;
-            old_n = want;
-        } else {
-            for (uint64_t i = 0; i < old_n; i++) {
-                for (record_t *r = old[i], *next; r; r = next) {
-                    next = r->next;
-                    uint64_t h = mix(r->addr) & (want - 1);
-                    r->next = heads[h];
-                    heads[h] = r;
-                }
+    node_t **head = &t->heads[n->hash & (t->nheads - 1)];
+    n->next = *head;
+    *head = n;
+    t->count++;
+}
+
+/* Called with the lock held and returned with it held; may drop it to map
+ * a larger head array.  Returns 1 when it changed anything, 0 when the
+ * table has room for two more entries, -1 when out of memory. */
+static int table_room_locked(table_t *t)
+{
+    if (t->count + 2 <= t->nheads * 2) return 0;
+    uint64_t want = t->nheads ? t->nheads * 4 : FIRST_HEADS;
+    pm_unlock(&prof.lock);
+    node_t **heads = pm_os_map(want * sizeof *heads, 0);
+    pm_lock(&prof.lock);
+    if (!heads) return -1;
+    node_t **old = heads;
+    uint64_t old_n = want;
+    if (want > t->nheads) { /* else another thread grew it meanwhile */
+        old = t->heads;
+        old_n = t->nheads;
+        t->heads = heads;
+        t->nheads = want;
+        t->count = 0;
+        for (uint64_t i = 0; i < old_n; i++) {
+            for (node_t *n = old[i], *next; n; n = next) {
+                next = n->next;
+                table_insert_locked(t, n);
             }
-            prof.records = heads;
-            prof.nheads = want;
         }
-        if (old) {
-            pm_unlock(&prof.lock);
-            pm_os_unmap(old, old_n * sizeof *old);
-            pm_lock(&prof.lock);
-        }
-        return 1;
     }
-    if (!prof.free_records || !prof.free_records->next ||
-        (size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+    if (old) {
         pm_unlock(&prof.lock);
-        record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
-        char *arena = pm_meta_alloc(ARENA_CHUNK);
+        pm_os_unmap(old, old_n * sizeof *old);
         pm_lock(&prof.lock);
-        if (!r || !arena) return -1;
-        for (int i = 0; i < POOL_CHUNK; i++) {
-            r[i].next = prof.free_records;
-            prof.free_records = &r[i];
-        }
-        if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
-            prof.arena = arena;
-            prof.arena_end = arena + ARENA_CHUNK;
-        }
-        return 1;
     }
-    return 0;
+    return 1;
+}
+
+static int pools_room_locked(void)
+{
+    if (prof.free_records && prof.free_records->node.next &&
+        (size_t)(prof.arena_end - prof.arena) >= ARENA_NEED)
+        return 0;
+    pm_unlock(&prof.lock);
+    record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
+    char *arena = pm_meta_alloc(ARENA_CHUNK);
+    pm_lock(&prof.lock);
+    if (!r || !arena) return -1;
+    for (int i = 0; i < POOL_CHUNK; i++) {
+        r[i].node.next = (node_t *)prof.free_records;
+        prof.free_records = &r[i];
+    }
+    if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+        prof.arena = arena;
+        prof.arena_end = arena + ARENA_CHUNK;
+    }
+    return 1;
+}
+
+/* Takes prof_lock with room for one more sample (a stack, a bucket, a
+ * record and a page count); returns -1, unlocked, when out of memory. */
+static int lock_ready(void)
+{
+    pm_lock(&prof.lock);
+    for (;;) {
+        int r = pools_room_locked();
+        if (r == 0) r = table_room_locked(&prof.stacks);
+        if (r == 0) r = table_room_locked(&prof.buckets);
+        if (r == 0) r = table_room_locked(&prof.records);
+        if (r == 0) return 0;
+        if (r < 0) {
+            pm_unlock(&prof.lock);
+            return -1;
+        }
+    }
 }
 
 static void *arena_take_locked(size_t bytes)
@@ -161,78 +180,63 @@ static void *arena_take_locked(size_t bytes)
     return p;
 }
 
-/* Takes prof_lock with the tables ready for one more record and bucket. */
-static int lock_ready(void)
-{
-    pm_lock(&prof.lock);
-    int r;
-    while ((r = ensure_locked_or_refill()) > 0) {}
-    if (r < 0) {
-        pm_unlock(&prof.lock);
-        return -1;
-    }
-    return 0;
-}
-
 static const stack_t *stack_for_locked(const uintptr_t *pcs, uint32_t depth)
 {
     uint64_t h = mix(depth);
     for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
-    stack_t **head = &prof.stacks[h & (STACK_HEADS - 1)];
-    for (stack_t *st = *head; st; st = st->next) {
-        if (st->hash != h || st->depth != depth) continue;
+    for (node_t *n = prof.stacks.heads[h & (prof.stacks.nheads - 1)]; n; n = n->next) {
+        stack_t *st = (stack_t *)n;
+        if (n->hash != h || st->depth != depth) continue;
         uint32_t i = 0;
         while (i < depth && st->pcs[i] == pcs[i]) i++;
         if (i == depth) return st;
     }
     stack_t *st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
-    st->hash = h;
+    st->node.hash = h;
     st->depth = depth;
     for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
-    st->next = *head;
-    *head = st;
+    table_insert_locked(&prof.stacks, &st->node);
     return st;
 }
 
 static bucket_t *bucket_for_locked(const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
     const stack_t *st = stack_for_locked(pcs, depth);
-    bucket_t **head = &prof.buckets[mix(st->hash ^ mix(size)) & (BUCKET_HEADS - 1)];
-    for (bucket_t *b = *head; b; b = b->next)
+    uint64_t h = mix(st->node.hash ^ mix(size));
+    for (node_t *n = prof.buckets.heads[h & (prof.buckets.nheads - 1)]; n; n = n->next) {
+        bucket_t *b = (bucket_t *)n;
         if (b->stack == st && b->size == size) return b;
+    }
     bucket_t *b = arena_take_locked(sizeof *b);
-    *b = (bucket_t){.stack = st, .size = size, .next = *head};
-    *head = b;
-    prof.nbuckets++;
+    *b = (bucket_t){.node.hash = h, .stack = st, .size = size};
+    table_insert_locked(&prof.buckets, &b->node);
     return b;
 }
 
+/* The link that points at the record with this key (or at NULL). */
 static record_t **find_locked(uintptr_t key)
 {
-    record_t **link = &prof.records[mix(key) & (prof.nheads - 1)];
-    while (*link && (*link)->addr != key) link = &(*link)->next;
-    return link;
+    node_t **link = &prof.records.heads[mix(key) & (prof.records.nheads - 1)];
+    while (*link && ((record_t *)*link)->key != key) link = &(*link)->next;
+    return (record_t **)link;
 }
 
 static record_t *insert_locked(uintptr_t key)
 {
     record_t *r = prof.free_records;
-    prof.free_records = r->next;
-    *r = (record_t){.addr = key};
-    record_t **head = &prof.records[mix(key) & (prof.nheads - 1)];
-    r->next = *head;
-    *head = r;
-    prof.nrecords++;
+    prof.free_records = (record_t *)r->node.next;
+    *r = (record_t){.node.hash = mix(key), .key = key};
+    table_insert_locked(&prof.records, &r->node);
     return r;
 }
 
 static void remove_locked(record_t **link)
 {
     record_t *r = *link;
-    *link = r->next;
-    r->next = prof.free_records;
+    *link = (record_t *)r->node.next;
+    r->node.next = (node_t *)prof.free_records;
     prof.free_records = r;
-    prof.nrecords--;
+    prof.records.count--;
 }
 
 static int in_allocator(uintptr_t pc)
@@ -285,7 +289,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
 void pm_free_sampled(pm_span_t *s, void *p)
 {
     pm_lock(&prof.lock);
-    record_t **link = prof.nheads ? find_locked((uintptr_t)p) : NULL;
+    record_t **link = prof.records.nheads ? find_locked((uintptr_t)p) : NULL;
     if (link && *link) {
         record_t *r = *link;
         r->bucket->free_objects += r->weight;
@@ -330,7 +334,7 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
     snap->duration_ns = snap->time_ns > prof.start_ns ? snap->time_ns - prof.start_ns : 0;
     for (;;) {
         pm_lock(&prof.lock);
-        uint64_t want = prof.nbuckets + 16;
+        uint64_t want = prof.buckets.count + 16;
         pm_unlock(&prof.lock);
         size_t bytes = want * (sizeof(pm_prof_sample_t) + PM_STACK_MAX * sizeof(uintptr_t));
         char *base = pm_os_map(bytes, 0);
@@ -341,14 +345,15 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
         pm_prof_sample_t *samples = (pm_prof_sample_t *)base;
         uintptr_t *stacks = (uintptr_t *)(base + want * sizeof(pm_prof_sample_t));
         pm_lock(&prof.lock);
-        if (prof.nbuckets > want) {
+        if (prof.buckets.count > want) {
             pm_unlock(&prof.lock);
             pm_os_unmap(base, bytes);
             continue;
         }
         size_t n = 0;
-        for (uint64_t h = 0; prof.buckets && h < BUCKET_HEADS; h++) {
-            for (bucket_t *b = prof.buckets[h]; b; b = b->next) {
+        for (uint64_t h = 0; h < prof.buckets.nheads; h++) {
+            for (node_t *node = prof.buckets.heads[h]; node; node = node->next) {
+                const bucket_t *b = (const bucket_t *)node;
                 uintptr_t *pcs = stacks + n * PM_STACK_MAX;
                 for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
                 double live_objects = b->alloc_objects - b->free_objects;

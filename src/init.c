@@ -43,7 +43,6 @@ void pm_init_slow(void)
         pm_options_load();
         pm_sampler_set_rate(pm_options.sample_rate);
         pm_sizeclass_init();
-        pm_central_init();
         pm_tcache_init();
         pm_heapprof_init();
         atomic_store_explicit(&pm_init_state, 2, memory_order_release);

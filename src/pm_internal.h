@@ -119,7 +119,6 @@ void pm_pageheap_unlock_all(int child);
 
 /* ---- central.c: per-class free lists, batches, one lock per class ---- */
 extern pm_central_t pm_central[PM_CLASS_MAX];
-void pm_central_init(void);
 /* Returns a chain of up to n (>= 1) objects linked through their first
  * word and sets *got, or returns NULL when memory is exhausted. */
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);

@@ -76,8 +76,10 @@ typedef struct pm_tcache {
  *   out == objects handed to thread caches (or the application) and not
  *          yet returned
  *   Σ over spans of class: allocated == out + nslots * batch
- *   nonempty holds exactly the class's spans with a free or uncarved object */
-#define PM_MAX_SLOTS 64
+ *   nonempty holds exactly the class's spans with a free or uncarved object
+ * A class's struct is set up at its first use (nonempty.next == NULL until
+ * then), so classes a program never uses cost no resident memory. */
+#define PM_MAX_SLOTS 32
 
 typedef struct pm_central {
     pm_lock_t lock;
