@@ -2,7 +2,8 @@
 # program linked with -lprofmalloc; the known call chain is compiled
 # without frame pointers.  Included by the top Makefile.
 PROF_DIR := $(BUILD)/test/prof
-PROF_TEST_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -Itest/unit -pthread
+PROF_TEST_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -Itest/unit -pthread \
+	-DPM_SOURCE_DIR='"$(CURDIR)"'
 
 $(PROF_DIR)/prof_chain.o: test/prof/prof_chain.c
 	@mkdir -p $(@D)

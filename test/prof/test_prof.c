@@ -522,6 +522,17 @@ static void test_go_pprof_shows_sites(void **state)
     buf[n] = 0;
     assert_int_equal(pclose(f), 0);
     assert_non_null(strstr(buf, "site_small_keep"));
+    /* a cgo user's view: a Go heap profile and ours in one session */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && GOCACHE='%s/gocache' go build -o goheap '%s/test/prof/goheap/main.go' 2>&1 && "
+             "./goheap go-heap.pb.gz && go tool pprof -top go-heap.pb.gz '%s' 2>&1",
+             g_dir, g_dir, PM_SOURCE_DIR, path);
+    f = popen(cmd, "r");
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    assert_int_equal(pclose(f), 0);
+    assert_non_null(strstr(buf, "site_small_keep")); /* ours */
+    assert_non_null(strstr(buf, "main.main"));       /* Go's */
     free_kept();
     profmalloc_set_sample_rate(512 * 1024);
 }
