@@ -506,6 +506,33 @@ static void test_malformed_option_reported_once(void **state)
     free(out);
 }
 
+/* AT_SECURE: a set-user-ID program ignores PROFMALLOC_* (as glibc ignores
+ * its tunables).  Needs root to make the binary and an unprivileged user. */
+static void test_setuid_ignores_options(void **state)
+{
+    (void)state;
+    if (geteuid() != 0 || system("command -v su >/dev/null 2>&1 && id nobody >/dev/null 2>&1") != 0)
+        skip();
+    char dir[] = "/tmp/pm-suid-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0755);
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "cp '%s' %s/prog && chmod 4755 %s/prog", g_exe, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "su nobody -s /bin/sh -c 'PROFMALLOC_SAMPLE_RATE=1 %s/prog --print-rate' 2>&1", dir);
+    FILE *f = popen(cmd, "r");
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    int status = pclose(f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    if (status != 0 && strstr(buf, "error while loading shared libraries")) skip(); /* build dir unreadable */
+    assert_int_equal(status, 0);
+    assert_non_null(strstr(buf, "rate=524288")); /* the default, not 1 */
+}
+
 static void test_go_pprof_shows_sites(void **state)
 {
     (void)state;
@@ -568,6 +595,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_legacy_format_by_name),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_malformed_option_reported_once),
+        cmocka_unit_test(test_setuid_ignores_options),
         cmocka_unit_test(test_go_pprof_shows_sites),
     };
     return cmocka_run_group_tests_name("profiler", tests, NULL, NULL);
