@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -413,6 +414,39 @@ static void test_free_from_another_thread(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* ---- before any constructor ------------------------------------------------ */
+
+/* .preinit_array runs before the initialisers of every shared library,
+ * libprofmalloc's constructor included: the allocator must set itself up
+ * lazily, from whichever call comes first. */
+static char *early_block;
+static int early_ok;
+
+static void early_alloc(int argc, char **argv, char **envp)
+{
+    (void)argc, (void)argv, (void)envp;
+    char *p = malloc(100);
+    if (!p) return;
+    memset(p, 7, 100);
+    p = realloc(p, 5000);
+    char *z = calloc(10, 1000);
+    early_ok = p && p[99] == 7 && z && z[9999] == 0 && malloc_usable_size(p) >= 5000;
+    free(z);
+    early_block = p;
+}
+
+__attribute__((section(".preinit_array"), used)) static void (*preinit_hook)(int, char **, char **) =
+    early_alloc;
+
+static void test_allocation_before_constructors(void **state)
+{
+    (void)state;
+    assert_true(early_ok);
+    assert_int_equal(early_block[50], 7);
+    free(early_block);
+    early_block = NULL;
+}
+
 /* ---- files, formats, options ---------------------------------------------- */
 
 static void test_dump_errors_leave_nothing(void **state)
@@ -591,6 +625,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fork_child_dumps_its_own),
         cmocka_unit_test(test_realloc_of_sampled_blocks),
         cmocka_unit_test(test_free_from_another_thread),
+        cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
         cmocka_unit_test(test_legacy_format_by_name),
         cmocka_unit_test(test_dump_at_exit_with_pid),
