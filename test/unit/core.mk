@@ -16,3 +16,28 @@ $(CORE_TEST): test/unit/test_core.c $(CORE_TEST_HDRS) $(PM_TEST_A)
 CHECK_TARGETS += check-core
 check-core: $(CORE_TEST)
 	timeout -k 5 60 $(CORE_TEST)
+
+# Opt-in: the same unit tests with the whole core built under ASan and
+# UBSan (the core is tested through pm_*, never as the interposer, so the
+# sanitizers' own malloc stays in charge of the process).
+SAN_DIR := $(BUILD)/san
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SAN_OBJS := $(CORE_SRCS:src/%.c=$(SAN_DIR)/%.o)
+
+$(SAN_DIR)/%.o: src/%.c $(CORE_TEST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(filter-out -fvisibility=hidden,$(PM_CFLAGS)) -O1 $(SAN_FLAGS) -c $< -o $@
+$(SAN_DIR)/mark_begin.o: src/textmark.c
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -c $< -o $@
+$(SAN_DIR)/mark_end.o: src/textmark.c
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -DPM_TEXT_END -c $< -o $@
+$(SAN_DIR)/core.o: $(SAN_DIR)/mark_begin.o $(SAN_OBJS) $(SAN_DIR)/mark_end.o
+	$(LD) -r -o $@ $^
+$(SAN_DIR)/test_core: test/unit/test_core.c $(SAN_DIR)/core.o
+	$(CC) $(PM_CFLAGS) $(SAN_FLAGS) $(CMOCKA_CFLAGS) $< -o $@ $(SAN_DIR)/core.o $(CMOCKA_LIBS) -lm -pthread
+
+.PHONY: check-sanitize
+check-sanitize: $(SAN_DIR)/test_core
+	ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 $(SAN_DIR)/test_core
