@@ -1,0 +1,29 @@
+# bench/bench.mk — benchmark targets, included by the top-level Makefile.
+# Uses BUILD (build dir), CC and PM_SO ($(BUILD)/libprofmalloc.so) from it.
+#   make bench         full run (~10-15 min on 2 cores): writes doc/benchmarks.md
+#                      and doc/img/benchmarks-{time,rss}.svg
+#   make bench-quick   smoke test (< 1 min): writes $(BUILD)/bench-quick/
+#   make bench-progs   only build the workloads
+# BENCH_ARGS passes options to bench/run.sh, e.g.
+#   make bench BENCH_ARGS="-w churn,prodcons -a glibc,pm -r 5"
+
+BENCH_BIN := $(BUILD)/bench
+BENCH_NAMES := fastpath churn larson prodcons threadchurn realloc large frag replay
+BENCH_EXES := $(addprefix $(BENCH_BIN)/,$(BENCH_NAMES))
+BENCH_CFLAGS := -std=gnu11 -O2 -g -pthread -Wall -Wextra
+BENCH_ARGS ?=
+
+.PHONY: bench-run bench-quick bench-progs
+BENCH_TARGETS += bench-run
+
+bench-progs: $(BENCH_EXES)
+
+$(BENCH_EXES): $(BENCH_BIN)/%: bench/%.c bench/bench_common.h
+	@mkdir -p $(BENCH_BIN)
+	$(CC) $(BENCH_CFLAGS) -o $@ $< -lm
+
+bench-run: $(PM_SO) $(BENCH_EXES)
+	bash bench/run.sh -b $(BENCH_BIN) -p $(PM_SO) $(BENCH_ARGS)
+
+bench-quick: $(PM_SO) $(BENCH_EXES)
+	bash bench/run.sh -q -b $(BENCH_BIN) -p $(PM_SO) -o $(BUILD)/bench-quick $(BENCH_ARGS)
