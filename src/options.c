@@ -10,7 +10,7 @@ pm_options_t pm_options = {
     .dump_pattern = NULL,
     .unwind_fp = 0,
     .tcache_bytes = 32u << 20,
-    .release_bytes = 8u << 20,
+    .release_bytes = 64u << 20,
     .verbose = 0,
 };
 
@@ -31,7 +31,7 @@ static const struct option {
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
      "byte budget shared by all thread caches (default 32M)"},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
-     "free resident pages kept before returning memory to the OS (default 8M)"},
+     "free resident pages kept before returning memory to the OS (default 64M)"},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "1: print the options in force at start"},
 };

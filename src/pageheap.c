@@ -7,16 +7,21 @@
  * after dropping it, then re-inserts them as RETURNED.
  * Span structs come from meta.c through a spare pool topped up outside the
  * lock, so no operation allocates metadata while holding it.
- * Release policy: when resident free pages exceed PROFMALLOC_RELEASE_BYTES
- * (default 8 MiB), the largest free spans are returned until half that is
- * left; malloc_trim(0) returns everything.  Fresh memory from the OS
- * counts as RETURNED (not yet resident), so it is used last. */
+ * Release policy (decided on free, after the clock is read and before the
+ * lock is taken): a resident free span that has not been reused for
+ * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
+ * PROFMALLOC_RELEASE_BYTES (default 32 MiB) the largest free spans are
+ * returned until half that is left.  Reuse within a second so costs no
+ * page faults, and an idle heap shrinks.  malloc_trim(0) returns
+ * everything.  Fresh memory from the OS counts as RETURNED (not yet
+ * resident), so it is used last. */
 #include "pm_internal.h"
 
 #define LISTS 128            /* exact lists for 1..128 pages; [0] for longer */
 #define GROW_PAGES 256       /* map at least 2 MiB at a time */
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
+#define PM_DECAY_NS 1000000000ull
 
 enum { KIND_FREE = 0, KIND_RETURNED = 1 };
 
@@ -28,6 +33,8 @@ static struct {
     uint64_t mapped_pages;
     pm_span_t *spare;            /* unused span structs, linked by next */
     _Atomic unsigned nspare;
+    pm_span_t *newest, *oldest;  /* FREE spans by the time they became free */
+    uint64_t now;                /* the clock as read by the current operation */
 } ph = {.lock = PM_LOCK_INIT};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -46,6 +53,14 @@ static void list_insert(pm_span_t *s)
     if (*head) (*head)->prev = s;
     *head = s;
     ph.free_pages[kind_of(s)] += s->npages;
+    if (s->state == PM_SPAN_FREE) { /* newest end of the age list */
+        s->free_ns = ph.now;
+        s->older = ph.newest;
+        s->newer = NULL;
+        if (ph.newest) ph.newest->newer = s;
+        else ph.oldest = s;
+        ph.newest = s;
+    }
 }
 
 static void list_remove(pm_span_t *s)
@@ -55,6 +70,12 @@ static void list_remove(pm_span_t *s)
     else *head = s->next;
     if (s->next) s->next->prev = s->prev;
     ph.free_pages[kind_of(s)] -= s->npages;
+    if (s->state == PM_SPAN_FREE) {
+        if (s->older) s->older->newer = s->newer;
+        else ph.oldest = s->newer;
+        if (s->newer) s->newer->older = s->older;
+        else ph.newest = s->older;
+    }
 }
 
 /* ---- span structs ----------------------------------------------------- */
@@ -121,6 +142,9 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 /* ---- allocation ------------------------------------------------------- */
 
+static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
+static void release_picked(pm_span_t **picked, size_t k);
+
 static pm_span_t *best_fit_locked(size_t n)
 {
     for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++) {
@@ -182,6 +206,21 @@ static int grow(size_t n)
     return 0;
 }
 
+/* The heap is about to fault in n fresh pages because no resident free
+ * span fits: return as many resident free pages (the oldest first, above
+ * a floor of a quarter of PROFMALLOC_RELEASE_BYTES), so fragmentation does
+ * not grow the resident set. */
+static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
+{
+    size_t k = 0, released = 0;
+    uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 4;
+    while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
+        released += ph.oldest->npages;
+        pick(ph.oldest, out, &k);
+    }
+    return k;
+}
+
 pm_span_t *pm_pageheap_alloc(size_t n)
 {
     if (n == 0 || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return NULL;
@@ -192,7 +231,10 @@ pm_span_t *pm_pageheap_alloc(size_t n)
             pm_span_t *s = best_fit_locked(n);
             if (s) {
                 carve_locked(s, n);
+                pm_span_t *picked[RELEASE_BATCH];
+                size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
+                if (k) release_picked(picked, k);
                 return s;
             }
         }
@@ -241,20 +283,27 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
 
 /* ---- free and release ------------------------------------------------- */
 
+static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
+{
+    list_remove(s);
+    s->state = PM_SPAN_RELEASING;
+    ph.releasing_pages += s->npages;
+    out[(*k)++] = s;
+}
+
+/* Chooses spans to return: those free for longer than the decay time,
+ * then the longest ones while more than keep_pages stay resident. */
 static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages)
 {
     size_t k = 0;
+    while (k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
+        pick(ph.oldest, out, &k);
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
         while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH &&
-               ph.free_pages[KIND_FREE] > keep_pages) {
-            pm_span_t *s = ph.lists[KIND_FREE][idx];
-            list_remove(s);
-            s->state = PM_SPAN_RELEASING;
-            ph.releasing_pages += s->npages;
-            out[k++] = s;
-        }
+               ph.free_pages[KIND_FREE] > keep_pages)
+            pick(ph.lists[KIND_FREE][idx], out, &k);
     }
     return k;
 }
@@ -277,11 +326,15 @@ void pm_pageheap_free(pm_span_t *s)
     pm_span_t *picked[RELEASE_BATCH];
     size_t k = 0;
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
     pm_lock(&ph.lock);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+    if (now > ph.now) ph.now = now;
     *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
     coalesce_insert_locked(s);
-    if (ph.free_pages[KIND_FREE] > limit) k = pick_release_locked(picked, limit / 2);
+    if (ph.free_pages[KIND_FREE] > limit ||
+        (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
+        k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit);
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
 }

@@ -34,6 +34,8 @@ typedef struct pm_span {
     uint8_t on_list;          /* small: linked into the central nonempty list */
     size_t requested;         /* large: bytes the application asked for */
     void *sample;             /* large: its sample record, or NULL */
+    uint64_t free_ns;         /* FREE: when it became free (monotonic) */
+    struct pm_span *older, *newer; /* FREE: the page heap's age list */
 } pm_span_t;
 
 /* ---- per-thread cache ---------------------------------------------------

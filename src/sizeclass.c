@@ -2,7 +2,7 @@
  * Classes: 16..128 in steps of 16, then 8 classes per doubling (step =
  * the power of two below the size / 8) up to 256 KiB, so internal waste
  * is at most 12.5% above 128 bytes.  A class's span is the fewest pages
- * that hold at least 8 objects (or 64 KiB) with at most 1/8 left over at
+ * that hold at least 8 objects (or 32 KiB) with at most 1/8 left over at
  * the span's tail.  Batch (objects moved between a thread cache and the
  * central list at once) is 64 KiB / size, clamped to 2..32.
  * doc/design.md prints the table with its waste (build/sizeclass-table).
@@ -22,7 +22,7 @@ static size_t pages_for(size_t size)
     for (;; n++) {
         size_t bytes = n * PM_PAGE_SIZE;
         size_t objs = bytes / size;
-        if (bytes % size <= bytes / 8 && (objs >= 8 || bytes >= 64 * 1024)) return n;
+        if (bytes % size <= bytes / 8 && (objs >= 8 || bytes >= 32 * 1024)) return n;
     }
 }
 

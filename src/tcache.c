@@ -1,7 +1,8 @@
 /* tcache.c — per-thread caches: one free list per size class, in
  * initial-exec TLS, created lazily by the first slow path of a thread.
  * Lists adapt (slow start on underflow, shrink after repeated overflow,
- * like tcmalloc) within a byte budget per thread; the budgets come from
+ * like tcmalloc) within a byte budget per thread (at most 4 MiB); the
+ * budgets come from
  * one global pool (PROFMALLOC_TCACHE_BYTES) and a thread that needs more
  * takes from the pool or lowers another thread's budget, which that
  * thread honours at its next slow path.  At thread exit (a pthread key
@@ -18,6 +19,7 @@ PM_TLS pm_tcache_t pm_tls;
 #define MIN_BUDGET ((size_t)64 * 1024)
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
+#define MAX_BUDGET ((size_t)4 << 20)   /* one thread never caches more */
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
 
@@ -114,6 +116,7 @@ static void shrink(pm_tcache_t *t)
 static int grow_budget(pm_tcache_t *t, size_t bytes)
 {
     size_t want = bytes > STEP ? bytes : STEP;
+    if (atomic_load(&t->budget) + want > MAX_BUDGET) return 0;
     size_t got = claim(want);
     if (got >= bytes) {
         atomic_fetch_add(&t->budget, got);

