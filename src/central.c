@@ -41,7 +41,7 @@ static void lock_central(pm_central_t *c, unsigned cls)
     if (PM_LIKELY(c->nonempty.next != NULL)) return;
     c->nonempty.next = c->nonempty.prev = &c->nonempty;
     size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
-    size_t slots = (128 * 1024) / batch_bytes;
+    size_t slots = (64 * 1024) / batch_bytes;
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
