@@ -61,13 +61,12 @@ typedef struct pm_tcache {
     int64_t countdown;              /* bytes to allocate before the next sample */
     pm_tlist_t list[PM_CLASS_MAX];
     /* slow-path state */
-    uint32_t low_water[PM_CLASS_MAX]; /* min len since the last scavenge */
     uint16_t overflows[PM_CLASS_MAX];
+    uint8_t active[PM_CLASS_MAX];     /* refilled or overflowed since the last scavenge */
     size_t capacity;
     _Atomic size_t budget;
     uint64_t rng;                   /* sampler state */
     uint64_t sample_rate;           /* rate the countdown was drawn with */
-    uint32_t slow_calls;            /* slow paths since the last scavenge */
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
     struct pm_tcache *next, *prev;  /* registry, under pm_tcache registry lock */

@@ -140,13 +140,35 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
     return ok;
 }
 
+/* Halves the lists that saw no refill or overflow since the last call:
+ * their blocks sit idle while other classes want the budget (a program
+ * that moved on from one size to another). */
+static size_t scavenge(pm_tcache_t *t)
+{
+    size_t before = t->capacity;
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_tlist_t *l = &t->list[cls];
+        if (!t->active[cls] && l->max_len) {
+            uint32_t keep = l->max_len / 2;
+            t->capacity -= (size_t)(l->max_len - keep) * pm_class_size[cls];
+            l->max_len = keep;
+            if (l->len > keep) release(l, cls, l->len - keep);
+        }
+        t->active[cls] = 0;
+    }
+    return before - t->capacity;
+}
+
 static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
 {
     pm_tlist_t *l = &t->list[cls];
+    t->active[cls] = 1;
     if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
     size_t bytes = (size_t)by * pm_class_size[cls];
     if (!by) return;
-    if (t->capacity + bytes > atomic_load(&t->budget) && !grow_budget(t, bytes)) return;
+    if (t->capacity + bytes > atomic_load(&t->budget) && !grow_budget(t, bytes) &&
+        (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget)))
+        return;
     l->max_len += by;
     t->capacity += bytes;
 }
@@ -177,6 +199,7 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
         grow_list(t, cls, 1);
         if (l->len <= l->max_len) return;
     }
+    t->active[cls] = 1;
     release(l, cls, l->len < batch ? l->len : batch);
     if (l->max_len > batch && ++t->overflows[cls] > MAX_OVERFLOWS) {
         l->max_len -= batch;
