@@ -98,12 +98,16 @@ bench: $(BENCH_TARGETS)
 # build time), runs it, and shows its heap profile.
 demo: $(BUILD)/demo
 	PROFMALLOC_SAMPLE_RATE=64k $(BUILD)/demo $(BUILD)
-	@echo "--- $(BUILD)/demo.heap (gperftools text), first lines:"
-	@head -n 6 $(BUILD)/demo.heap
 	@if command -v go >/dev/null 2>&1; then \
-		echo "--- go tool pprof -top $(BUILD)/demo $(BUILD)/demo.pb.gz"; \
-		go tool pprof -top $(BUILD)/demo $(BUILD)/demo.pb.gz 2>&1 | head -n 14; \
-	else echo "(install golang-go to read $(BUILD)/demo.pb.gz with go tool pprof)"; fi
+		echo "--- go tool pprof -top $(BUILD)/demo $(BUILD)/demo.pb.gz   (live bytes by function)"; \
+		go tool pprof -top -nodecount=8 $(BUILD)/demo $(BUILD)/demo.pb.gz 2>&1 | grep -v '^profmalloc:'; \
+	elif command -v google-pprof >/dev/null 2>&1; then \
+		echo "--- google-pprof --text $(BUILD)/demo $(BUILD)/demo.heap"; \
+		google-pprof --text $(BUILD)/demo $(BUILD)/demo.heap 2>/dev/null | head -n 10; \
+	else \
+		echo "--- $(BUILD)/demo.heap (gperftools text), first lines; install golang-go for go tool pprof:"; \
+		head -n 6 $(BUILD)/demo.heap; \
+	fi
 
 $(BUILD)/demo: test/demo/demo.c $(PM_SO)
 	@mkdir -p $(@D)

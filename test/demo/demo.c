@@ -15,7 +15,7 @@ struct entry {
 
 static struct entry *cache;
 
-__attribute__((noinline)) static void remember(int i)
+__attribute__((noinline, noclone)) static void remember(int i)
 {
     struct entry *e = malloc(sizeof *e);
     snprintf(e->key, sizeof e->key, "key-%d", i);
@@ -23,7 +23,7 @@ __attribute__((noinline)) static void remember(int i)
     cache = e; /* never evicted: this is the leak */
 }
 
-__attribute__((noinline)) static size_t handle_request(int i)
+__attribute__((noinline, noclone)) static size_t handle_request(int i)
 {
     size_t n = 256 + (size_t)(i % 16) * 64;
     char *buf = malloc(n);
@@ -33,7 +33,7 @@ __attribute__((noinline)) static size_t handle_request(int i)
     return sum;
 }
 
-__attribute__((noinline)) static double *build_table(size_t n)
+__attribute__((noinline, noclone)) static double *build_table(size_t n)
 {
     double *t = calloc(n, sizeof *t);
     for (size_t i = 0; i < n; i++) t[i] = (double)i;
