@@ -42,16 +42,14 @@ typedef struct bucket {
     double alloc_objects, alloc_bytes, free_objects, free_bytes;
 } bucket_t;
 
-/* A live sampled block (bucket != NULL), or the count of live sampled
- * small blocks on one page (key = page << 1 | 1, bucket == NULL, count);
- * the page's "sampled" flag in the page map is set while count > 0, so
- * frees of its other blocks take the slow path only while needed. */
+/* A live sampled block.  A small one also flags its page in the page map
+ * (so its free takes the slow path) and is counted in its span, whose
+ * pages are unflagged when the count returns to 0. */
 typedef struct record {
     node_t node;                  /* node.next also links the free pool */
-    uintptr_t key;
+    uintptr_t key;                /* the block's address */
     bucket_t *bucket;
     double weight;
-    uint64_t count;
 } record_t;
 
 #define POOL_CHUNK 64
@@ -62,7 +60,7 @@ typedef struct record {
 
 static struct {
     pm_lock_t lock;
-    table_t stacks, buckets, records;  /* records include per-page counts */
+    table_t stacks, buckets, records;
     uint64_t nlive;               /* live sampled blocks */
     record_t *free_records;
     char *arena, *arena_end;      /* bump memory for stacks and buckets */
@@ -155,7 +153,7 @@ static int pools_room_locked(void)
 }
 
 /* Takes prof_lock with room for one more sample (a stack, a bucket, a
- * record and a page count); returns -1, unlocked, when out of memory. */
+ * and a record); returns -1, unlocked, when out of memory. */
 static int lock_ready(void)
 {
     pm_lock(&prof.lock);
@@ -274,9 +272,13 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
         uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
         pm_span_t *s = pm_pagemap_span(page);
         if (s->cls) {
-            record_t *pc = *find_locked(page << 1 | 1);
-            if (!pc) pc = insert_locked(page << 1 | 1);
-            if (pc->count++ == 0) pm_pagemap_mark_sampled(page, 1);
+            if (s->nsampled < 2) {
+                s->sampled[s->sampled[0] ? 1 : 0] = p;
+            } else {
+                s->sampled_overflow = 1;
+            }
+            s->nsampled++;
+            pm_pagemap_mark_sampled(page, 1);
         } else {
             s->sample = r;
         }
@@ -288,6 +290,15 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
 
 void pm_free_sampled(pm_span_t *s, void *p)
 {
+    /* Most frees on a flagged page are of other blocks: tell them apart
+     * without the lock.  The span's fields for p were written before p
+     * was handed out, so they are visible here; a race with a sample of
+     * another block only concerns that block. */
+    if (s->cls) {
+        void *volatile *sampled = (void *volatile *)s->sampled;
+        if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
+            return;
+    }
     pm_lock(&prof.lock);
     record_t **link = prof.records.nheads ? find_locked((uintptr_t)p) : NULL;
     if (link && *link) {
@@ -296,11 +307,13 @@ void pm_free_sampled(pm_span_t *s, void *p)
         r->bucket->free_bytes += r->weight * (double)r->bucket->size;
         remove_locked(link);
         prof.nlive--;
-        uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-        record_t **pc = s->cls ? find_locked(page << 1 | 1) : NULL;
-        if (pc && *pc && --(*pc)->count == 0) {
-            remove_locked(pc);
-            pm_pagemap_mark_sampled(page, 0);
+        if (s->cls) {
+            if (s->sampled[0] == p) s->sampled[0] = NULL;
+            if (s->sampled[1] == p) s->sampled[1] = NULL;
+            if (--s->nsampled == 0) {
+                s->sampled_overflow = 0;
+                pm_pagemap_set_class(s->page, s->npages, s->cls); /* unflag */
+            }
         }
     }
     if (s->cls == 0) s->sample = NULL;

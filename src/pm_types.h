@@ -34,6 +34,13 @@ typedef struct pm_span {
     uint8_t on_list;          /* small: linked into the central nonempty list */
     size_t requested;         /* large: bytes the application asked for */
     void *sample;             /* large: its sample record, or NULL */
+    /* small, under the profiler's lock: live sampled blocks in this span,
+     * the first two of them (so frees of the span's other blocks can tell
+     * they are not sampled without that lock), and whether more than two
+     * were ever live at once since nsampled was last 0 */
+    uint32_t nsampled;
+    uint32_t sampled_overflow;
+    void *sampled[2];
     uint64_t free_ns;         /* FREE: when it became free (monotonic) */
     struct pm_span *older, *newer; /* FREE: the page heap's age list */
 } pm_span_t;
