@@ -7,7 +7,7 @@
 #   -p SO      profmalloc shared object                (default build/libprofmalloc.so)
 #   -w LIST    workloads, comma/space separated        (default: all)
 #   -a LIST    allocators, comma/space separated       (default: all)
-#   -r N       repetitions                             (default 3; quick: 1)
+#   -r N       repetitions                             (default 5; quick: 1)
 #   -t N       threads for the multi-threaded workloads (default 2)
 #   -q         quick mode: small sizes, a smoke test (< 1 min)
 #   -o DIR     output dir: DIR/benchmarks.md and DIR/img/*.svg
@@ -62,7 +62,7 @@ while getopts "b:p:w:a:r:t:qo:T:h" opt; do
     *) usage >&2; exit 64 ;;
     esac
 done
-[ -n "$REPS" ] || { [ $QUICK = 1 ] && REPS=1 || REPS=3; }
+[ -n "$REPS" ] || { [ $QUICK = 1 ] && REPS=1 || REPS=5; }
 [ -n "$OUT" ] || { [ $QUICK = 1 ] && OUT=build/bench-quick || OUT=doc; }
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -r needs a positive number" >&2; exit 64; }
 [[ $THREADS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -t needs a positive number" >&2; exit 64; }
