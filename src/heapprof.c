@@ -4,11 +4,13 @@
  * s bytes sampled at mean rate R stands for 1/p blocks, p = 1 - e^(-s/R)
  * (weight 1 at R = 1, the exact mode).  Frees subtract the same weight.
  * Snapshots copy the buckets into mmap'd memory; pprof.c formats them.
- * Lock: prof.lock guards the three hash tables (stacks, buckets, records)
- * and the record pool and arena.
- * Must never: unwind, map memory or write a file while holding it — pools
- * are refilled and tables grown with the lock dropped; never call malloc
- * (everything comes from meta.c or pm_os_map). */
+ * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
+ * lock per record shard (a shard holds the records of the spans that hash
+ * to it, and guards those spans' sampled-block fields).  No path holds two
+ * of them; bucket counters are atomics, so frees never take prof.lock.
+ * Must never: unwind, map memory or write a file while holding a lock —
+ * pools are refilled and tables grown with the lock dropped; never call
+ * malloc (everything comes from meta.c or pm_os_map). */
 #include "pm_internal.h"
 #include "pm_pprof.h"
 #include "pm_stacktrace.h"
@@ -34,12 +36,18 @@ typedef struct stack {
     uintptr_t pcs[];              /* depth return addresses, leaf first */
 } stack_t;
 
-/* One (stack, requested size) pair: pprof's "bytes" label is exact. */
+/* Weights are fixed point with FX_SHIFT fraction bits, so the counters can
+ * be atomics (at rate 1 every weight is exactly 1 << FX_SHIFT). */
+#define FX_SHIFT 8
+#define FX_ONE ((uint64_t)1 << FX_SHIFT)
+
+/* One (stack, requested size) pair: pprof's "bytes" label is exact.
+ * alloc_* >= free_* for each of objects and bytes, in fixed point. */
 typedef struct bucket {
     node_t node;
     const stack_t *stack;
     uint64_t size;
-    double alloc_objects, alloc_bytes, free_objects, free_bytes;
+    _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
 } bucket_t;
 
 /* A live sampled block.  A small one also flags its page in the page map
@@ -49,22 +57,28 @@ typedef struct record {
     node_t node;                  /* node.next also links the free pool */
     uintptr_t key;                /* the block's address */
     bucket_t *bucket;
-    double weight;
+    uint64_t weight;              /* fixed point */
 } record_t;
 
+#define SHARDS 16
 #define POOL_CHUNK 64
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
 #define FIRST_HEADS 256
 
-static struct {
+typedef struct shard {
     pm_lock_t lock;
-    table_t stacks, buckets, records;
-    uint64_t nlive;               /* live sampled blocks */
+    table_t records;
     record_t *free_records;
+} PM_ALIGNED(PM_CACHELINE) shard_t;
+
+static struct {
+    pm_lock_t lock;               /* the sites */
+    table_t stacks, buckets;
     char *arena, *arena_end;      /* bump memory for stacks and buckets */
     uint64_t start_ns;
+    shard_t shards[SHARDS];
 } prof = {.lock = PM_LOCK_INIT};
 
 static inline uint64_t mix(uint64_t x)
@@ -76,37 +90,55 @@ static inline uint64_t mix(uint64_t x)
     return x ^ (x >> 33);
 }
 
+static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[mix(s->page) >> 60]; }
+
 void pm_heapprof_init(void)
 {
     prof.start_ns = pm_os_now_ns();
     pm_stacktrace_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
 }
 
+/* Live sampled blocks: the records of every shard (read without locks). */
 uint64_t pm_heapprof_live_samples(void)
 {
-    return pm_relaxed_load((_Atomic uint64_t *)&prof.nlive);
+    uint64_t n = 0;
+    for (int i = 0; i < SHARDS; i++) n += ((volatile shard_t *)&prof.shards[i])->records.count;
+    return n;
 }
 
 /* ---- tables and pools, grown with the lock dropped ------------------- */
 
-static void table_insert_locked(table_t *t, node_t *n)
+/* Chains only ever gain nodes at their head, published with a release
+ * store, so the bucket table can be searched without its lock. */
+static void table_insert(table_t *t, node_t *n)
 {
     node_t **head = &t->heads[n->hash & (t->nheads - 1)];
-    n->next = *head;
-    *head = n;
+    __atomic_store_n(&n->next, *head, __ATOMIC_RELAXED);
+    __atomic_store_n(head, n, __ATOMIC_RELEASE);
     t->count++;
 }
 
-/* Called with the lock held and returned with it held; may drop it to map
- * a larger head array.  Returns 1 when it changed anything, 0 when the
- * table has room for two more entries, -1 when out of memory. */
-static int table_room_locked(table_t *t)
+/* Lock-free readers of the bucket table see it through a view that is
+ * never changed once published; a grown table gets a new view, and the
+ * old head arrays are kept (they add up to a third of the live one). */
+typedef struct view {
+    uint64_t n;
+    node_t **heads;
+} view_t;
+static view_t bucket_views[64];
+static view_t *_Atomic bucket_view;
+static unsigned bucket_growths;
+
+/* Called with `lock` held and returned with it held; may drop it to map a
+ * larger head array.  Returns 1 when it changed anything, 0 when the table
+ * has room for two more entries, -1 when out of memory. */
+static int table_room(pm_lock_t *lock, table_t *t)
 {
     if (t->count + 2 <= t->nheads * 2) return 0;
     uint64_t want = t->nheads ? t->nheads * 4 : FIRST_HEADS;
-    pm_unlock(&prof.lock);
+    pm_unlock(lock);
     node_t **heads = pm_os_map(want * sizeof *heads, 0);
-    pm_lock(&prof.lock);
+    pm_lock(lock);
     if (!heads) return -1;
     node_t **old = heads;
     uint64_t old_n = want;
@@ -119,52 +151,73 @@ static int table_room_locked(table_t *t)
         for (uint64_t i = 0; i < old_n; i++) {
             for (node_t *n = old[i], *next; n; n = next) {
                 next = n->next;
-                table_insert_locked(t, n);
+                table_insert(t, n);
             }
         }
     }
+    if (t == &prof.buckets && old != heads) {
+        view_t *v = &bucket_views[bucket_growths++ & 63];
+        v->n = t->nheads;
+        v->heads = t->heads;
+        atomic_store_explicit(&bucket_view, v, memory_order_release);
+        old = NULL; /* a reader may still be walking it */
+    }
     if (old) {
-        pm_unlock(&prof.lock);
+        pm_unlock(lock);
         pm_os_unmap(old, old_n * sizeof *old);
-        pm_lock(&prof.lock);
+        pm_lock(lock);
     }
     return 1;
 }
 
-static int pools_room_locked(void)
-{
-    if (prof.free_records && prof.free_records->node.next &&
-        (size_t)(prof.arena_end - prof.arena) >= ARENA_NEED)
-        return 0;
-    pm_unlock(&prof.lock);
-    record_t *r = pm_meta_alloc(POOL_CHUNK * sizeof *r);
-    char *arena = pm_meta_alloc(ARENA_CHUNK);
-    pm_lock(&prof.lock);
-    if (!r || !arena) return -1;
-    for (int i = 0; i < POOL_CHUNK; i++) {
-        r[i].node.next = (node_t *)prof.free_records;
-        prof.free_records = &r[i];
-    }
-    if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
-        prof.arena = arena;
-        prof.arena_end = arena + ARENA_CHUNK;
-    }
-    return 1;
-}
-
-/* Takes prof_lock with room for one more sample (a stack, a bucket, a
- * and a record); returns -1, unlocked, when out of memory. */
-static int lock_ready(void)
+/* Takes prof.lock with room for a new stack and bucket. */
+static int lock_sites(void)
 {
     pm_lock(&prof.lock);
     for (;;) {
-        int r = pools_room_locked();
-        if (r == 0) r = table_room_locked(&prof.stacks);
-        if (r == 0) r = table_room_locked(&prof.buckets);
-        if (r == 0) r = table_room_locked(&prof.records);
+        int r = 0;
+        if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+            pm_unlock(&prof.lock);
+            char *arena = pm_meta_alloc(ARENA_CHUNK);
+            pm_lock(&prof.lock);
+            if (!arena) r = -1;
+            else if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+                prof.arena = arena;
+                prof.arena_end = arena + ARENA_CHUNK;
+            }
+            if (r == 0) r = 1;
+        }
+        if (r == 0) r = table_room(&prof.lock, &prof.stacks);
+        if (r == 0) r = table_room(&prof.lock, &prof.buckets);
         if (r == 0) return 0;
         if (r < 0) {
             pm_unlock(&prof.lock);
+            return -1;
+        }
+    }
+}
+
+/* Takes a shard's lock with room for one more record. */
+static int lock_shard(shard_t *sh)
+{
+    pm_lock(&sh->lock);
+    for (;;) {
+        int r = 0;
+        if (!sh->free_records) {
+            pm_unlock(&sh->lock);
+            record_t *recs = pm_meta_alloc(POOL_CHUNK * sizeof *recs);
+            pm_lock(&sh->lock);
+            if (!recs) r = -1;
+            for (int i = 0; recs && i < POOL_CHUNK; i++) {
+                recs[i].node.next = (node_t *)sh->free_records;
+                sh->free_records = &recs[i];
+            }
+            if (r == 0) r = 1;
+        }
+        if (r == 0) r = table_room(&sh->lock, &sh->records);
+        if (r == 0) return 0;
+        if (r < 0) {
+            pm_unlock(&sh->lock);
             return -1;
         }
     }
@@ -178,63 +231,72 @@ static void *arena_take_locked(size_t bytes)
     return p;
 }
 
-static const stack_t *stack_for_locked(const uintptr_t *pcs, uint32_t depth)
+static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
 {
     uint64_t h = mix(depth);
     for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
-    for (node_t *n = prof.stacks.heads[h & (prof.stacks.nheads - 1)]; n; n = n->next) {
-        stack_t *st = (stack_t *)n;
-        if (n->hash != h || st->depth != depth) continue;
-        uint32_t i = 0;
-        while (i < depth && st->pcs[i] == pcs[i]) i++;
-        if (i == depth) return st;
-    }
-    stack_t *st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
-    st->node.hash = h;
-    st->depth = depth;
-    for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
-    table_insert_locked(&prof.stacks, &st->node);
-    return st;
+    return h;
 }
 
-static bucket_t *bucket_for_locked(const uintptr_t *pcs, uint32_t depth, uint64_t size)
+static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint32_t depth,
+                     uint64_t size)
 {
-    const stack_t *st = stack_for_locked(pcs, depth);
-    uint64_t h = mix(st->node.hash ^ mix(size));
-    for (node_t *n = prof.buckets.heads[h & (prof.buckets.nheads - 1)]; n; n = n->next) {
-        bucket_t *b = (bucket_t *)n;
-        if (b->stack == st && b->size == size) return b;
+    if (!b || b->node.hash != bh || b->size != size || b->stack->depth != depth) return 0;
+    for (uint32_t i = 0; i < depth; i++)
+        if (b->stack->pcs[i] != pcs[i]) return 0;
+    return 1;
+}
+
+/* The bucket of (stack, size).  A thread remembers the buckets it used
+ * last (buckets are never freed), so a hot site costs no lock; hashes are
+ * computed before the lock. */
+static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+{
+    uint64_t sh = stack_hash(pcs, depth), bh = mix(sh ^ mix(size));
+    bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
+    if (same_site(*cached, bh, pcs, depth, size)) return *cached;
+    const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
+    if (v) {
+        node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
+        for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
+            if (same_site((bucket_t *)n, bh, pcs, depth, size)) return *cached = (bucket_t *)n;
     }
-    bucket_t *b = arena_take_locked(sizeof *b);
-    *b = (bucket_t){.node.hash = h, .stack = st, .size = size};
-    table_insert_locked(&prof.buckets, &b->node);
+    if (lock_sites() != 0) return NULL;
+    stack_t *st = NULL;
+    for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
+        stack_t *cand = (stack_t *)n;
+        if (n->hash != sh || cand->depth != depth) continue;
+        uint32_t i = 0;
+        while (i < depth && cand->pcs[i] == pcs[i]) i++;
+        if (i == depth) st = cand;
+    }
+    if (!st) {
+        st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
+        st->node.hash = sh;
+        st->depth = depth;
+        for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
+        table_insert(&prof.stacks, &st->node);
+    }
+    bucket_t *b = NULL;
+    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n && !b; n = n->next)
+        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == size) b = (bucket_t *)n;
+    if (!b) {
+        b = arena_take_locked(sizeof *b);
+        *b = (bucket_t){.node.hash = bh, .stack = st, .size = size};
+        table_insert(&prof.buckets, &b->node);
+    }
+    pm_unlock(&prof.lock);
+    *cached = b;
     return b;
 }
 
 /* The link that points at the record with this key (or at NULL). */
-static record_t **find_locked(uintptr_t key)
+static record_t **find_locked(shard_t *sh, uintptr_t key)
 {
-    node_t **link = &prof.records.heads[mix(key) & (prof.records.nheads - 1)];
+    if (!sh->records.nheads) return NULL;
+    node_t **link = &sh->records.heads[mix(key) & (sh->records.nheads - 1)];
     while (*link && ((record_t *)*link)->key != key) link = &(*link)->next;
     return (record_t **)link;
-}
-
-static record_t *insert_locked(uintptr_t key)
-{
-    record_t *r = prof.free_records;
-    prof.free_records = (record_t *)r->node.next;
-    *r = (record_t){.node.hash = mix(key), .key = key};
-    table_insert_locked(&prof.records, &r->node);
-    return r;
-}
-
-static void remove_locked(record_t **link)
-{
-    record_t *r = *link;
-    *link = (record_t *)r->node.next;
-    r->node.next = (node_t *)prof.free_records;
-    prof.free_records = r;
-    prof.records.count--;
 }
 
 static int in_allocator(uintptr_t pc)
@@ -254,35 +316,32 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
-    uint64_t rate = t->sample_rate;
-    double weight = 1.0;
+    uint64_t rate = t->sample_rate, weight = FX_ONE;
     if (rate > 1) {
         double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
-        weight = prob > 0 ? 1.0 / prob : 1.0;
+        weight = prob > 0 ? (uint64_t)((double)FX_ONE / prob + 0.5) : FX_ONE;
     }
-    if (lock_ready() == 0) {
-        bucket_t *b = bucket_for_locked(raw + skip, depth, size);
-        b->alloc_objects += weight;
-        b->alloc_bytes += weight * (double)size;
-        record_t *r = insert_locked((uintptr_t)p);
-        r->bucket = b;
-        r->weight = weight;
-        prof.nlive++;
+    bucket_t *b = bucket_for(t, raw + skip, depth, size);
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+    pm_span_t *s = pm_pagemap_span(page);
+    shard_t *sh = shard_of(s);
+    if (b && lock_shard(sh) == 0) {
+        pm_relaxed_add(&b->alloc_objects, weight);
+        pm_relaxed_add(&b->alloc_bytes, weight * size);
+        record_t *r = sh->free_records;
+        sh->free_records = (record_t *)r->node.next;
+        *r = (record_t){.node.hash = mix((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
-        uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-        pm_span_t *s = pm_pagemap_span(page);
         if (s->cls) {
-            if (s->nsampled < 2) {
-                s->sampled[s->sampled[0] ? 1 : 0] = p;
-            } else {
-                s->sampled_overflow = 1;
-            }
+            if (s->nsampled < 2) s->sampled[s->sampled[0] ? 1 : 0] = p;
+            else s->sampled_overflow = 1;
             s->nsampled++;
             pm_pagemap_mark_sampled(page, 1);
         } else {
             s->sample = r;
         }
-        pm_unlock(&prof.lock);
+        pm_unlock(&sh->lock);
     }
     errno = saved_errno;
     t->in_profiler = 0;
@@ -291,22 +350,25 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
 void pm_free_sampled(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
-     * without the lock.  The span's fields for p were written before p
-     * was handed out, so they are visible here; a race with a sample of
+     * without a lock.  The span's fields for p were written before p was
+     * handed out, so they are visible here; a race with a sample of
      * another block only concerns that block. */
     if (s->cls) {
         void *volatile *sampled = (void *volatile *)s->sampled;
         if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
             return;
     }
-    pm_lock(&prof.lock);
-    record_t **link = prof.records.nheads ? find_locked((uintptr_t)p) : NULL;
+    shard_t *sh = shard_of(s);
+    pm_lock(&sh->lock);
+    record_t **link = find_locked(sh, (uintptr_t)p);
     if (link && *link) {
         record_t *r = *link;
-        r->bucket->free_objects += r->weight;
-        r->bucket->free_bytes += r->weight * (double)r->bucket->size;
-        remove_locked(link);
-        prof.nlive--;
+        pm_relaxed_add(&r->bucket->free_objects, r->weight);
+        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
+        *link = (record_t *)r->node.next;
+        r->node.next = (node_t *)sh->free_records;
+        sh->free_records = r;
+        sh->records.count--;
         if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
             if (s->sampled[1] == p) s->sampled[1] = NULL;
@@ -317,20 +379,33 @@ void pm_free_sampled(pm_span_t *s, void *p)
         }
     }
     if (s->cls == 0) s->sample = NULL;
-    pm_unlock(&prof.lock);
+    pm_unlock(&sh->lock);
 }
 
-void pm_heapprof_lock_all(void) { pm_lock(&prof.lock); }
+void pm_heapprof_lock_all(void)
+{
+    pm_lock(&prof.lock);
+    for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
+}
 
 void pm_heapprof_unlock_all(int child)
 {
+    for (int i = SHARDS; i-- > 0;) {
+        if (child) pm_lock_reset(&prof.shards[i].lock);
+        else pm_unlock(&prof.shards[i].lock);
+    }
     if (child) pm_lock_reset(&prof.lock);
     else pm_unlock(&prof.lock);
 }
 
 /* ---- snapshots and dumps ---------------------------------------------- */
 
-static uint64_t round_est(double v) { return v <= 0 ? 0 : (uint64_t)(v + 0.5); }
+/* Fixed point to the nearest whole number; a difference that went
+ * negative (a free counted before the sample it matches was) reads 0. */
+static uint64_t round_fx(uint64_t total, uint64_t freed)
+{
+    return total > freed ? (total - freed + FX_ONE / 2) >> FX_SHIFT : 0;
+}
 
 typedef struct snapshot_mem {
     void *base;
@@ -369,13 +444,13 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
                 const bucket_t *b = (const bucket_t *)node;
                 uintptr_t *pcs = stacks + n * PM_STACK_MAX;
                 for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
-                double live_objects = b->alloc_objects - b->free_objects;
-                double live_bytes = b->alloc_bytes - b->free_bytes;
+                uint64_t ao = pm_relaxed_load(&b->alloc_objects), ab = pm_relaxed_load(&b->alloc_bytes);
+                uint64_t fo = pm_relaxed_load(&b->free_objects), fb = pm_relaxed_load(&b->free_bytes);
                 samples[n++] = (pm_prof_sample_t){
-                    .alloc_objects = round_est(b->alloc_objects),
-                    .alloc_bytes = round_est(b->alloc_bytes),
-                    .inuse_objects = round_est(live_objects),
-                    .inuse_bytes = round_est(live_bytes),
+                    .alloc_objects = round_fx(ao, 0),
+                    .alloc_bytes = round_fx(ab, 0),
+                    .inuse_objects = round_fx(ao, fo),
+                    .inuse_bytes = round_fx(ab, fb),
                     .size = b->size,
                     .depth = b->stack->depth,
                     .pcs = pcs,

@@ -222,7 +222,7 @@ void pm_os_fatal(const char *msg, const void *ptr, int has_ptr)
 void pm_lock_wait_slow(pm_lock_t *l)
 {
     pm_relaxed_add(&l->contended, 1);
-    for (int spin = 0; spin < 100; spin++) {
+    for (int spin = 0; spin < 2000; spin++) {
         int expected = 0;
         if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_weak_explicit(&l->state, &expected, 1,

@@ -76,6 +76,7 @@ typedef struct pm_tcache {
     uint64_t sample_rate;           /* rate the countdown was drawn with */
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
+    void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_tcache *next, *prev;  /* registry, under pm_tcache registry lock */
 } pm_tcache_t;
 
