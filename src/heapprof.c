@@ -61,11 +61,11 @@ typedef struct record {
 } record_t;
 
 #define SHARDS 16
-#define POOL_CHUNK 64
+#define POOL_CHUNK 8
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
-#define FIRST_HEADS 256
+#define FIRST_HEADS 64
 
 typedef struct shard {
     pm_lock_t lock;
@@ -129,6 +129,17 @@ static view_t bucket_views[64];
 static view_t *_Atomic bucket_view;
 static unsigned bucket_growths;
 
+/* Head arrays: small ones from the metadata pool (18 tables would waste a
+ * page each if mapped; the outgrown ones stay, a third of the live size at
+ * most), large ones mapped and unmapped when outgrown. */
+#define SMALL_HEADS ((size_t)16 * 1024)
+
+static node_t **heads_alloc(uint64_t n)
+{
+    size_t bytes = n * sizeof(node_t *);
+    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : pm_os_map(bytes, 0);
+}
+
 /* Called with `lock` held and returned with it held; may drop it to map a
  * larger head array.  Returns 1 when it changed anything, 0 when the table
  * has room for two more entries, -1 when out of memory. */
@@ -137,7 +148,7 @@ static int table_room(pm_lock_t *lock, table_t *t)
     if (t->count + 2 <= t->nheads * 2) return 0;
     uint64_t want = t->nheads ? t->nheads * 4 : FIRST_HEADS;
     pm_unlock(lock);
-    node_t **heads = pm_os_map(want * sizeof *heads, 0);
+    node_t **heads = heads_alloc(want);
     pm_lock(lock);
     if (!heads) return -1;
     node_t **old = heads;
@@ -162,7 +173,7 @@ static int table_room(pm_lock_t *lock, table_t *t)
         atomic_store_explicit(&bucket_view, v, memory_order_release);
         old = NULL; /* a reader may still be walking it */
     }
-    if (old) {
+    if (old && old_n * sizeof *old > SMALL_HEADS) {
         pm_unlock(lock);
         pm_os_unmap(old, old_n * sizeof *old);
         pm_lock(lock);
