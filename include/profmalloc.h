@@ -78,7 +78,8 @@ int profmalloc_dump(const char *path);
 int profmalloc_dump_fd(int fd, int format);
 
 /* Mean bytes between samples; 0 turns sampling off, 1 records every
- * allocation exactly.  Takes effect for each thread at its next sample. */
+ * allocation exactly.  The calling thread switches at once, other threads
+ * at their next trip to the allocator's slow path. */
 void profmalloc_set_sample_rate(size_t bytes);
 size_t profmalloc_get_sample_rate(void);
 
