@@ -30,6 +30,8 @@
 
 #include <cmocka.h>
 
+#include "../unit/child_stderr.h"
+
 #include "profmalloc.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -1043,62 +1045,38 @@ static void child_free(void *p)
 
 enum { BAD_BOGUS, BAD_STACK, BAD_DOUBLE_LARGE, BAD_INTERIOR_LARGE };
 
+static void invalid_free_body(void *arg)
+{
+    switch (*(int *)arg) {
+    case BAD_BOGUS:
+        child_free((void *)(uintptr_t)0x12345670);
+        break;
+    case BAD_STACK: {
+        _Alignas(16) volatile char local[64];
+        local[0] = 1;
+        child_free((void *)local);
+        break;
+    }
+    case BAD_DOUBLE_LARGE: {
+        void *p = malloc(300 * KiB);
+        memset(p, 1, 300 * KiB);
+        child_free(p);
+        child_free(p);
+        break;
+    }
+    case BAD_INTERIOR_LARGE: {
+        char *p = malloc(2 * MiB);
+        memset(p, 1, 2 * MiB);
+        child_free(p + 64 * KiB);
+        break;
+    }
+    }
+}
+
 static void run_invalid_free_child(int kind)
 {
-    int pipefd[2];
-    assert_int_equal(pipe(pipefd), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        struct rlimit rl = {0, 0};
-        setrlimit(RLIMIT_CORE, &rl);
-        /* undo cmocka's handlers: the child must die of the real signal */
-        signal(SIGABRT, SIG_DFL);
-        signal(SIGSEGV, SIG_DFL);
-        signal(SIGBUS, SIG_DFL);
-        signal(SIGILL, SIG_DFL);
-        signal(SIGFPE, SIG_DFL);
-        alarm(10);
-        close(pipefd[0]);
-        dup2(pipefd[1], 2);
-        switch (kind) {
-        case BAD_BOGUS:
-            child_free((void *)(uintptr_t)0x12345670);
-            break;
-        case BAD_STACK: {
-            _Alignas(16) volatile char local[64];
-            local[0] = 1;
-            child_free((void *)local);
-            break;
-        }
-        case BAD_DOUBLE_LARGE: {
-            void *p = malloc(300 * KiB);
-            memset(p, 1, 300 * KiB);
-            child_free(p);
-            child_free(p);
-            break;
-        }
-        case BAD_INTERIOR_LARGE: {
-            char *p = malloc(2 * MiB);
-            memset(p, 1, 2 * MiB);
-            child_free(p + 64 * KiB);
-            break;
-        }
-        }
-        _exit(0); /* not reached when the allocator detects the error */
-    }
-    close(pipefd[1]);
     char buf[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(pipefd[0]);
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int st = run_in_child(invalid_free_body, &kind, buf, sizeof buf);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("child not killed by SIGABRT (status 0x%x), stderr: %s", st, buf);
     if (!strstr(buf, "profmalloc: free(): invalid pointer 0x"))

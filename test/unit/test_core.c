@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "child_stderr.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -1375,33 +1377,14 @@ static void test_options_load(void **state)
  * invalid free: a forked child must abort with the message
  * ==================================================================== */
 
+static void free_in_child(void *bad) { pm_free(bad); }
+
 static void expect_invalid_free(void *bad, const char *what)
 {
     char want[80];
     snprintf(want, sizeof want, "profmalloc: free(): invalid pointer 0x%lx", (unsigned long)(uintptr_t)bad);
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core);
-        close(fds[0]);
-        dup2(fds[1], 2);
-        pm_free(bad);
-        _exit(0);
-    }
-    close(fds[1]);
     char out[512];
-    size_t len = 0;
-    ssize_t n;
-    while (len < sizeof out - 1 && (n = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)n;
-    out[len] = 0;
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    int status = run_in_child(free_in_child, bad, out, sizeof out);
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
         fail_msg("%s: free(%p) did not abort (status 0x%x, stderr \"%s\")", what, bad, status, out);
     if (!strstr(out, want)) fail_msg("%s: stderr \"%s\", want \"%s\"", what, out, want);
