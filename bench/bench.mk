@@ -4,6 +4,9 @@
 #                      and doc/img/benchmarks-{time,rss}.svg
 #   make bench-quick   smoke test (< 1 min): writes $(BUILD)/bench-quick/
 #   make bench-progs   only build the workloads
+#   make bench-targets the allocator core's targets (churn, two threads,
+#                      prodcons, peak RSS) against glibc, the peers and the
+#                      ceiling allocator: bench/targets.sh (~5 min)
 # BENCH_ARGS passes options to bench/run.sh, e.g.
 #   make bench BENCH_ARGS="-w churn,prodcons -a glibc,pm -r 5"
 
@@ -13,10 +16,23 @@ BENCH_EXES := $(addprefix $(BENCH_BIN)/,$(BENCH_NAMES))
 BENCH_CFLAGS := -std=gnu11 -O2 -g -pthread -Wall -Wextra
 BENCH_ARGS ?=
 
-.PHONY: bench-run bench-quick bench-progs
+BENCH_CEILING := $(BENCH_BIN)/libceiling.so
+TARGETS_ARGS ?=
+
+.PHONY: bench-run bench-quick bench-progs bench-targets
 BENCH_TARGETS += bench-run
 
-bench-progs: $(BENCH_EXES)
+bench-progs: $(BENCH_EXES) $(BENCH_CEILING)
+
+# the do-nothing yardstick (see its header); the flags keep gcc from turning
+# calloc's zeroing loop back into a call to calloc
+$(BENCH_CEILING): bench/tools/ceiling.c
+	@mkdir -p $(BENCH_BIN)
+	$(CC) -O2 -shared -fPIC -ftls-model=initial-exec -fno-builtin \
+	    -fno-tree-loop-distribute-patterns -Wall -Wextra -o $@ $<
+
+bench-targets: $(PM_SO) $(BENCH_EXES) $(BENCH_CEILING)
+	bash bench/targets.sh -b $(BENCH_BIN) -p $(PM_SO) -c $(BENCH_CEILING) $(TARGETS_ARGS)
 
 $(BENCH_EXES): $(BENCH_BIN)/%: bench/%.c bench/bench_common.h
 	@mkdir -p $(BENCH_BIN)

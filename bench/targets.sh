@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# bench/targets.sh — the allocator core's speed and memory targets, measured
+# side by side: single-thread churn (>= 3x glibc), churn on two threads
+# (~2x one thread), producer/consumer (>= 10x glibc), and peak RSS on the
+# same runs (<= 1.1x glibc).
+#
+# Usage: bench/targets.sh [-b DIR] [-p SO] [-c SO] [-r ROUNDS] [-n STEPS]
+#   -b DIR    built workloads (default build/bench)
+#   -p SO     libprofmalloc.so (default build/libprofmalloc.so)
+#   -c SO     the ceiling allocator (default DIR/libceiling.so)
+#   -r N      rounds (default 9); every round runs every allocator once, in
+#             turn, so slow phases of a shared machine hit all of them
+#   -n N      churn steps per thread (default 20000000)
+# Prints a Markdown table of medians and ratios on stdout; progress on stderr.
+#
+# Allocators: glibc, pm (default sample rate), pm-0 (profiling off),
+# tcmalloc and mimalloc when installed, and "ceiling" (bench/tools/
+# ceiling.c: per-thread LIFO lists, no metadata, no checks) on churn only.
+# Ceiling's time is what churn costs with an allocator that does nothing,
+# so glibc/ceiling is the highest ratio any allocator can reach there, and
+# its two-thread scaling is the machine's.
+set -u -o pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+cd "$root" || exit 1
+
+BIN=build/bench
+PM_SO=build/libprofmalloc.so
+CEIL=
+ROUNDS=9
+STEPS=20000000
+while getopts "b:p:c:r:n:h" opt; do
+    case $opt in
+    b) BIN=$OPTARG ;;
+    p) PM_SO=$OPTARG ;;
+    c) CEIL=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    n) STEPS=$OPTARG ;;
+    h) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) exit 64 ;;
+    esac
+done
+[ -n "$CEIL" ] || CEIL=$BIN/libceiling.so
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "targets.sh: -r needs a positive number" >&2; exit 64; }
+for f in "$BIN/churn" "$BIN/prodcons" "$PM_SO" "$CEIL"; do
+    [ -e "$f" ] || { echo "targets.sh: $f missing (run make bench-progs)" >&2; exit 1; }
+done
+
+lib() { /sbin/ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { print $NF; exit }'; }
+declare -A PRE
+ALLOCS=(glibc pm pm-0)
+PRE[glibc]=
+PRE[pm]=$PM_SO
+PRE[pm-0]=$PM_SO
+for a in tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2; do
+    p=$(lib "${a#*:}")
+    if [ -n "$p" ]; then ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p
+    else echo "targets.sh: ${a%%:*} not installed, skipped" >&2; fi
+done
+ALLOCS+=(ceiling)
+PRE[ceiling]=$CEIL
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pmtargets.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+run() { # alloc workload args... -> appends "seconds rss" to $tmp/alloc.workload
+    local a=$1 w=$2 out
+    shift 2
+    local rate=
+    [ "$a" = pm-0 ] && rate=0
+    out=$(env ${rate:+PROFMALLOC_SAMPLE_RATE=$rate} ${PRE[$a]:+LD_PRELOAD=${PRE[$a]}} \
+        "$BIN/$1" "${@:2}" 2>"$tmp/err") || {
+        echo "targets.sh: $a $w failed: $(head -c 300 "$tmp/err")" >&2
+        return 1
+    }
+    awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+         END { print v["seconds"], v["peak_rss_kb"] }' <<<"$out" >>"$tmp/$a.$w"
+}
+
+status=0
+for ((r = 1; r <= ROUNDS; r++)); do
+    echo "targets.sh: round $r/$ROUNDS" >&2
+    for a in "${ALLOCS[@]}"; do
+        run "$a" churn1 churn -t 1 -n "$STEPS" || status=1
+        run "$a" churn2 churn -t 2 -n "$STEPS" || status=1
+        [ "$a" = ceiling ] && continue
+        run "$a" prodcons prodcons || status=1
+    done
+done
+
+med() { # file column -> median
+    [ -s "$1" ] || { echo nan; return; }
+    awk -v c="$2" '{ print $c }' "$1" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+declare -A T R
+for a in "${ALLOCS[@]}"; do
+    for w in churn1 churn2 prodcons; do
+        T[$a.$w]=$(med "$tmp/$a.$w" 1)
+        R[$a.$w]=$(med "$tmp/$a.$w" 2)
+    done
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "–"; else printf "%.2f", a / b }'; }
+scal() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "–"; else printf "%.2f", 2 * a / b }'; }
+
+echo "Medians of $ROUNDS alternated rounds; \`bench/targets.sh -r $ROUNDS -n $STEPS\`,"
+echo "$(date -u +%Y-%m-%d), $(nproc) CPUs, $(ldd --version 2>&1 | head -1 | sed 's/.* //;s/^/glibc /')."
+echo
+echo "| allocator | churn s | churn ×glibc | 2-thread churn s | 2-thr scaling | prodcons s | prodcons ×glibc | RSS churn | RSS 2-thr | RSS prodcons |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+g1=${T[glibc.churn1]} gp=${T[glibc.prodcons]}
+for a in "${ALLOCS[@]}"; do
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$a" \
+        "${T[$a.churn1]}" "$(ratio "$g1" "${T[$a.churn1]}")" \
+        "${T[$a.churn2]}" "$(scal "${T[$a.churn1]}" "${T[$a.churn2]}")" \
+        "${T[$a.prodcons]/nan/–}" "$(ratio "$gp" "${T[$a.prodcons]}")" \
+        "$(ratio "${R[$a.churn1]}" "${R[glibc.churn1]}")" \
+        "$(ratio "${R[$a.churn2]}" "${R[glibc.churn2]}")" \
+        "$(ratio "${R[$a.prodcons]}" "${R[glibc.prodcons]}")"
+done
+echo
+echo "×glibc: glibc's time / the allocator's (throughput ratio, higher is better)."
+echo "2-thr scaling: two threads do twice one thread's work; 2 × T(1 thread) / T(2 threads)."
+echo "RSS: peak RSS (VmHWM) / glibc's on the same run (lower is better)."
+exit $status
