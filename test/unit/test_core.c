@@ -697,7 +697,9 @@ static void *slowstart_thread(void *arg)
         blocks[i] = pm_malloc(64);
         if (l->max_len != max) {
             r->grow_steps++;
-            uint32_t want = max < batch ? max + 1 : max + batch;
+            /* below a batch the limit doubles (capped at the batch);
+             * past it, it grows a batch per underflow */
+            uint32_t want = max >= batch ? max + batch : max * 2 <= batch ? max * 2 : batch;
             if (len != 0 || l->max_len != want) r->grow_bad++;
         }
     }
@@ -735,7 +737,10 @@ static void test_tcache_fresh_thread_and_slow_start(void **state)
     assert_int_equal(r.state_after_malloc, PM_THREAD_ACTIVE);
     assert_int_equal(r.state_after_free, PM_THREAD_ACTIVE);
     assert_int_equal(r.threads_in, threads0 + 1);
-    assert_int_equal(r.max_len_first, 1);
+    /* the first refill sets the limit to 4 objects (tcache.c FIRST_LEN)
+     * and doubles it: 8 after the first malloc (the batch of 64 B is 32) */
+    assert_int_equal(pm_class_batch[pm_sizeclass_of(64)], 32);
+    assert_int_equal(r.max_len_first, 8);
     assert_true(r.grow_steps > 10);
     assert_int_equal(r.grow_bad, 0);
     assert_true(r.max_len_end > pm_class_batch[pm_sizeclass_of(64)]);
