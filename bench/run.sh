@@ -79,18 +79,7 @@ note() { echo "run.sh: $*" >&2; NOTES+=("$*"); }
 NOTES=()
 
 # ---- locate the allocators ------------------------------------------------
-multiarch=$( (gcc -print-multiarch || cc -print-multiarch) 2>/dev/null)
-[ -n "$multiarch" ] || multiarch=$(uname -m)-linux-gnu
-find_lib() { # NAME -> path or nothing
-    local p
-    p=$(/sbin/ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n && /x86-64|64bit|AArch64/ { print $NF; exit }')
-    [ -z "$p" ] && p=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { print $NF; exit }')
-    for d in "/usr/lib/$multiarch" "/lib/$multiarch" /usr/lib /usr/local/lib; do
-        [ -n "$p" ] && break
-        [ -e "$d/$1" ] && p="$d/$1"
-    done
-    [ -n "$p" ] && echo "$p"
-}
+. "$here/find-lib.sh"
 declare -A LIB HINT
 LIB[jemalloc]=$(find_lib libjemalloc.so.2);          HINT[jemalloc]="apt-get install libjemalloc2"
 LIB[tcmalloc]=$(find_lib libtcmalloc_minimal.so.4);  HINT[tcmalloc]="apt-get install libtcmalloc-minimal4"

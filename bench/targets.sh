@@ -47,14 +47,14 @@ for f in "$BIN/churn" "$BIN/prodcons" "$PM_SO" "$CEIL"; do
     [ -e "$f" ] || { echo "targets.sh: $f missing (run make bench-progs)" >&2; exit 1; }
 done
 
-lib() { /sbin/ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { print $NF; exit }'; }
+. "$here/find-lib.sh"
 declare -A PRE
 ALLOCS=(glibc pm pm-0)
 PRE[glibc]=
 PRE[pm]=$PM_SO
 PRE[pm-0]=$PM_SO
 for a in tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2; do
-    p=$(lib "${a#*:}")
+    p=$(find_lib "${a#*:}")
     if [ -n "$p" ]; then ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p
     else echo "targets.sh: ${a%%:*} not installed, skipped" >&2; fi
 done
