@@ -84,7 +84,8 @@ typedef struct pm_tcache {
  * Under `lock`:
  *   out == objects handed to thread caches (or the application) and not
  *          yet returned
- *   Σ over spans of class: allocated == out + nslots * batch
+ *   Σ over spans of class: allocated == out + parked
+ *   parked == Σ slot_n[0..nslots), every slot_n in 1..batch
  *   nonempty holds exactly the class's spans with a free or uncarved object
  * A class's struct is set up at its first use (nonempty.next == NULL until
  * then), so classes a program never uses cost no resident memory. */
@@ -94,7 +95,9 @@ typedef struct pm_central {
     pm_lock_t lock;
     pm_span_t nonempty;          /* sentinel of a circular list */
     uint32_t nslots, max_slots;
-    void *slots[PM_MAX_SLOTS];   /* full batches: chains of `batch` objects */
+    void *slots[PM_MAX_SLOTS];   /* parked chains (a stack), slot_n[i] objects each */
+    uint8_t slot_n[PM_MAX_SLOTS];
+    uint64_t parked;             /* objects in the slots */
     uint64_t out;
     uint64_t spans;              /* spans owned by this class */
     uint64_t span_free;          /* Σ capacity - allocated over its spans */

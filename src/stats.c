@@ -24,7 +24,7 @@ void pm_stats_collect(profmalloc_stats_t *out)
         uint64_t size = pm_class_size[cls];
         pm_lock(&c->lock);
         small_out += c->out * size;
-        central_free += ((uint64_t)c->nslots * pm_class_batch[cls] + c->span_free) * size;
+        central_free += (c->parked + c->span_free) * size;
         span_bytes += c->spans * ((uint64_t)pm_class_pages[cls] << PM_PAGE_SHIFT);
         pm_unlock(&c->lock);
         contention += pm_relaxed_load(&c->lock.contended);

@@ -494,8 +494,9 @@ static void check_span_invariant(const pm_span_t *s)
     assert_int_equal(s->allocated + freelist_len(s) + (s->capacity - s->carved), s->capacity);
 }
 
-/* Σ allocated over the spans of `objs` == out + nslots * batch, for a class
- * whose every span holds one of objs (objs: held or parked in slots). */
+/* Σ allocated over the spans of `objs` == out + parked, for a class whose
+ * every span holds one of objs (objs: held or parked in slots), and parked
+ * is the sum of the slots' counts, each 1..batch. */
 static void check_central_invariant(unsigned cls, void **objs, size_t n)
 {
     pm_central_t *c = &pm_central[cls];
@@ -512,7 +513,13 @@ static void check_central_invariant(unsigned cls, void **objs, size_t n)
         check_span_invariant(s);
         allocated += s->allocated;
     }
-    assert_int_equal(allocated, c->out + (uint64_t)c->nslots * pm_class_batch[cls]);
+    uint64_t parked = 0;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        assert_in_range(c->slot_n[i], 1, pm_class_batch[cls]);
+        parked += c->slot_n[i];
+    }
+    assert_int_equal(parked, c->parked);
+    assert_int_equal(allocated, c->out + c->parked);
     assert_int_equal(c->spans, nseen);
 }
 
@@ -562,12 +569,29 @@ static void test_central_get_put(void **state)
     assert_int_equal(c->out, 3);
     assert_int_equal(c->spans, 3);
     assert_int_equal(ph_stats().in_use - before.in_use, 3 * pm_class_pages[cls] * PAGE);
+    /* single objects park, each joining the newest slot until it holds a
+     * batch: n - 3 objects fill the fewest slots */
+    uint32_t batch = pm_class_batch[cls];
+    assert_true((uint64_t)c->max_slots * batch >= n - 3);
+    assert_int_equal(c->parked, n - 3);
+    assert_int_equal(c->nslots, (n - 3 + batch - 1) / batch);
+    for (uint32_t i = 0; i + 1 < c->nslots; i++) assert_int_equal(c->slot_n[i], batch);
     check_central_invariant(cls, keep, 3);
-    /* the last object of a span sends the span back to the page heap */
+    /* draining the slots puts them back into their spans, which stay */
+    pm_central_drain();
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->spans, 3);
+    check_central_invariant(cls, keep, 3);
+    /* the last object of a span sends the span back to the page heap, once
+     * it leaves the slots */
     for (int k = 0; k < 3; k++) {
         uint64_t in_use = ph_stats().in_use;
         *(void **)keep[k] = NULL;
         pm_central_put(cls, keep[k], 1);
+        assert_int_equal(c->parked, 1);
+        assert_int_equal(ph_stats().in_use, in_use);
+        pm_central_drain();
         assert_int_equal(in_use - ph_stats().in_use, pm_class_pages[cls] * PAGE);
         assert_int_equal(c->spans, 2u - k);
         uintptr_t page = spans[k]->page;
@@ -578,7 +602,8 @@ static void test_central_get_put(void **state)
     assert_ptr_equal(c->nonempty.next, &c->nonempty);
     assert_int_equal(ph_stats().in_use, before.in_use);
 
-    /* a whole chain back at once (n is not a batch: into the spans) */
+    /* a whole chain back at once (longer than a batch: into the spans) */
+    assert_true(n > batch);
     chain = pm_central_get(cls, n, &got);
     assert_int_equal(got, n);
     pm_central_put(cls, chain, n);
@@ -635,17 +660,43 @@ static void test_central_transfer_slots(void **state)
     }
     for (uint32_t i = 0; i < nb; i++) pm_central_put(cls, chains[i], batch);
     assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
     assert_int_equal(c->out, 0);
-    /* drain: take every slot back and return it object by object */
-    while (c->nslots) {
-        void *ch = pm_central_get(cls, batch, &got);
-        while (ch) {
-            void *next = *(void **)ch;
-            *(void **)ch = NULL;
-            pm_central_put(cls, ch, 1);
-            ch = next;
-        }
-    }
+
+    /* a get of fewer than a slot holds splits the newest slot */
+    void *two = pm_central_get(cls, 2, &got);
+    assert_int_equal(got, 2);
+    assert_int_equal(chain_len(two), 2);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], batch - 2);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch - 2);
+    /* a get of more than it holds takes the whole slot */
+    void *rest = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch - 2);
+    assert_int_equal(chain_len(rest), batch - 2);
+    assert_int_equal(c->nslots, c->max_slots - 1);
+    assert_int_equal(c->out, batch);
+    /* short chains join the newest slot while it has room for them */
+    void *one = rest;
+    rest = *(void **)one;
+    *(void **)one = NULL;
+    pm_central_put(cls, two, 2);  /* the newest slot is full: a slot of its own */
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], 2);
+    pm_central_put(cls, rest, batch - 3); /* joins it: 2 + batch - 3 < batch */
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], batch - 1);
+    assert_int_equal(chain_len(c->slots[c->nslots - 1]), batch - 1);
+    pm_central_put(cls, one, 1);          /* fills it to a batch */
+    assert_int_equal(c->slot_n[c->nslots - 1], batch);
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
+
+    /* malloc_trim's drain returns every parked object to its span, and the
+     * spans, now empty, to the page heap */
+    pm_central_drain();
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
     assert_int_equal(c->out, 0);
     assert_int_equal(c->spans, 0);
     assert_int_equal(c->span_free, 0);
