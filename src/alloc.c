@@ -44,9 +44,10 @@ static int sample_tick(pm_tcache_t *t, size_t size)
 
 /* ---- large blocks: whole spans of pages ------------------------------ */
 
-static void *alloc_large(size_t size, size_t align_pages, int zero)
+/* size: what the application asked for; bytes (>= size): what to reserve. */
+static void *alloc_large(size_t size, size_t bytes, size_t align_pages, int zero)
 {
-    size_t n = size ? (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
+    size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
     pm_span_t *s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages)
                                    : pm_pageheap_alloc(n);
     if (!s) return enomem();
@@ -107,20 +108,28 @@ static pm_tcache_t *thread_cache(void)
     return t;
 }
 
-static void *alloc_any(size_t size, size_t align_pages, int zero)
+/* A block of at least `bytes` for a request of `size` <= bytes bytes: the
+ * sampler and the profiler see `size` (realloc reserves more than it was
+ * asked for; the heap profile shows what the program asked for). */
+static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int zero)
 {
-    if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
+    if (PM_UNLIKELY(bytes > PTRDIFF_MAX)) return enomem();
     pm_tcache_t *t = thread_cache();
     int sampled = sample_tick(t, size);
     void *p;
-    if (size <= PM_MAX_SMALL && align_pages <= 1) {
-        p = alloc_small(t, pm_sizeclass_of(size));
+    if (bytes <= PM_MAX_SMALL && align_pages <= 1) {
+        p = alloc_small(t, pm_sizeclass_of(bytes));
         if (p && zero) memset(p, 0, size);
     } else {
-        p = alloc_large(size, align_pages, zero);
+        p = alloc_large(size, bytes, align_pages, zero);
     }
     if (sampled && p) pm_alloc_sampled(t, p, size);
     return p;
+}
+
+static void *alloc_any(size_t size, size_t align_pages, int zero)
+{
+    return alloc_reserve(size, size, align_pages, zero);
 }
 
 void *pm_alloc_slow(size_t size) { return alloc_any(size, 1, 0); }
@@ -204,7 +213,20 @@ void *pm_realloc(void *p, size_t size)
     size_t old = pm_usable_size(p);
     /* keep the block when the new size fits and wastes at most half */
     if (size <= old && size >= old / 2) return p;
-    void *q = pm_malloc_inline(size);
+    /* Growing: reserve at least a quarter more than the old block, as
+     * tcmalloc does.  A string grown by small appends then moves through
+     * every second or third size class instead of every one: fewer copies,
+     * and far fewer half-empty spans left behind, each pinned by the one
+     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
+     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
+     * for a block grown once). */
+    void *q = NULL;
+    if (size > old && old + old / 4 > size) {
+        int saved = errno;
+        q = alloc_reserve(size, old + old / 4, 1, 0);
+        if (!q) errno = saved; /* the exact size may still fit */
+    }
+    if (!q) q = pm_malloc_inline(size);
     if (!q) return NULL;
     memcpy(q, p, size < old ? size : old);
     pm_free_inline(p);

@@ -361,6 +361,7 @@ __attribute__((noinline)) static void realloc_site(void)
     char *s = malloc(100);
     strcpy(s, "grow me");
     s = realloc(s, 5000);  /* moves: a new sampled block, the old one freed */
+    s = realloc(s, 5200);  /* moves into a block with headroom; 5200 is recorded */
     s = realloc(s, 300000);
     assert_string_equal(s, "grow me");
     free(s);
@@ -375,8 +376,8 @@ static void test_realloc_of_sampled_blocks(void **state)
     dump_and_load(&p, "prof-realloc.pb.gz");
     uint64_t v[4];
     site_totals(&p, "realloc_site", v);
-    assert_int_equal(v[ALLOC_OBJ], 3);
-    assert_int_equal(v[ALLOC_BYTES], 100 + 5000 + 300000);
+    assert_int_equal(v[ALLOC_OBJ], 4);
+    assert_int_equal(v[ALLOC_BYTES], 100 + 5000 + 5200 + 300000);
     assert_int_equal(v[INUSE_OBJ], 0);
     free_profile(&p);
     profmalloc_set_sample_rate(512 * 1024);

@@ -1116,6 +1116,36 @@ static void test_alloc_realloc(void **state)
     assert_int_equal(errno, ENOMEM);
 }
 
+/* Growing a block reserves a quarter more than the old one (small and
+ * large), while a jump past that gets the size asked for. */
+static void test_alloc_realloc_headroom(void **state)
+{
+    (void)state;
+    uint8_t *p = pm_malloc(1000);
+    assert_non_null(p);
+    memset(p, 7, 1000);
+    size_t old = pm_usable_size(p);
+    uint8_t *q = pm_realloc(p, old + 1);
+    assert_non_null(q);
+    assert_true(pm_usable_size(q) >= old + old / 4);
+    assert_true(pm_usable_size(q) < 2 * old);
+    for (size_t i = 0; i < 1000; i++) assert_int_equal(q[i], 7);
+    /* a jump beyond old + old/4: the class of the new size */
+    uint8_t *r = pm_realloc(q, 100000);
+    assert_non_null(r);
+    assert_int_equal(pm_usable_size(r), pm_class_size[pm_sizeclass_of(100000)]);
+    /* large blocks too */
+    uint8_t *l = pm_realloc(r, 300000);
+    assert_non_null(l);
+    size_t lold = pm_usable_size(l);
+    assert_int_equal(lold % PAGE, 0);
+    uint8_t *l2 = pm_realloc(l, lold + 1);
+    assert_non_null(l2);
+    assert_true(pm_usable_size(l2) >= lold + lold / 4);
+    for (size_t i = 0; i < 1000; i++) assert_int_equal(l2[i], 7);
+    pm_free(l2);
+}
+
 static void test_alloc_memalign(void **state)
 {
     (void)state;
@@ -1531,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_alloc_malloc_free_usable),
         cmocka_unit_test(test_alloc_calloc),
         cmocka_unit_test(test_alloc_realloc),
+        cmocka_unit_test(test_alloc_realloc_headroom),
         cmocka_unit_test(test_alloc_memalign),
         cmocka_unit_test(test_alloc_memalign_size_zero),
         cmocka_unit_test(test_stats_balance),
