@@ -159,11 +159,35 @@ int pm_malloc_info(int options, FILE *fp)
     }
     profmalloc_stats_t s;
     pm_stats_collect(&s);
-    char text[1024];
+    /* free small blocks by size class, as glibc lists its free chunks by
+     * bin: the thread caches, the transfer slots and the spans' free lists */
+    uint64_t counts[PM_CLASS_MAX] = {0}, nfree = 0;
+    pm_tcache_class_counts(counts);
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        pm_central_t *c = &pm_central[cls];
+        pm_lock(&c->lock);
+        counts[cls] += c->parked + c->span_free;
+        pm_unlock(&c->lock);
+    }
+    char text[PM_CLASS_MAX * 80 + 1024];
     pm_buf_t b;
     pm_buf_init(&b, text, sizeof text - 1, -1);
-    pm_buf_str(&b, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n</sizes>\n");
-    xml_total(&b, "fast", 0, s.thread_cache + s.central_cache);
+    pm_buf_str(&b, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        if (!counts[cls]) continue;
+        nfree += counts[cls];
+        pm_buf_str(&b, "  <size from=\"");
+        pm_buf_u64(&b, cls > 1 ? pm_class_size[cls - 1] + 1 : 1);
+        pm_buf_str(&b, "\" to=\"");
+        pm_buf_u64(&b, pm_class_size[cls]);
+        pm_buf_str(&b, "\" total=\"");
+        pm_buf_u64(&b, counts[cls] * pm_class_size[cls]);
+        pm_buf_str(&b, "\" count=\"");
+        pm_buf_u64(&b, counts[cls]);
+        pm_buf_str(&b, "\"/>\n");
+    }
+    pm_buf_str(&b, "</sizes>\n");
+    xml_total(&b, "fast", nfree, s.thread_cache + s.central_cache);
     xml_total(&b, "rest", 1, s.pageheap_free);
     pm_buf_str(&b, "<system type=\"current\" size=\"");
     pm_buf_u64(&b, s.mapped);

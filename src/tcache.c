@@ -265,6 +265,15 @@ uint64_t pm_tcache_bytes(uint64_t *nthreads_out)
     return bytes;
 }
 
+void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX])
+{
+    pm_lock(&reg_lock);
+    for (pm_tcache_t *t = threads; t; t = t->next)
+        for (unsigned cls = 1; cls < pm_class_count; cls++)
+            counts[cls] += ((volatile pm_tlist_t *)&t->list[cls])->len;
+    pm_unlock(&reg_lock);
+}
+
 void pm_tcache_lock_all(void) { pm_lock(&reg_lock); }
 
 void pm_tcache_unlock_all(int child)

@@ -930,6 +930,10 @@ static void test_mallopt(void **state)
 static void test_malloc_info(void **state)
 {
     (void)state;
+    /* free blocks of 33..48 bytes that malloc_info must list by size */
+    void *blk[100];
+    for (int i = 0; i < 100; i++) assert_non_null(blk[i] = malloc(40));
+    for (int i = 0; i < 100; i++) free(blk[i]);
     FILE *f = tmpfile();
     assert_non_null(f);
     assert_int_equal(malloc_info(0, f), 0);
@@ -942,6 +946,17 @@ static void test_malloc_info(void **state)
     assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
     assert_true(strncmp(buf, "<malloc", 7) == 0);
     assert_non_null(strstr(buf, "</malloc>"));
+    if (pm_stats_fn) {
+        /* profmalloc lists its free small blocks by size class, glibc's
+         * <size from= to= total= count=/> form */
+        const char *e = strstr(buf, "<size from=\"33\" to=\"48\" total=\"");
+        assert_non_null(e);
+        unsigned long total = 0, count = 0;
+        assert_int_equal(sscanf(e, "<size from=\"33\" to=\"48\" total=\"%lu\" count=\"%lu\"", &total, &count), 2);
+        assert_true(count >= 100);
+        assert_int_equal(total, count * 48);
+        assert_true(strstr(buf, "<size") < strstr(buf, "</sizes>"));
+    }
     free(buf);
     errno = 0;
     int rc = malloc_info(1, f);
