@@ -202,6 +202,20 @@ size_t pm_usable_size(const void *p)
     return s->cls ? pm_class_size[s->cls] : s->npages << PM_PAGE_SHIFT;
 }
 
+/* A realloc that keeps its block.  The heap profile goes on showing the
+ * size the block was sampled at (its malloc or its last move), as
+ * tcmalloc's does: recording every in-place size as a new allocation made
+ * one bucket per (stack, size) pair, and a buffer grown a byte at a time
+ * in exact mode made millions.  So a block grown in place is under-counted
+ * by at most its slack: the class's rounding plus realloc's reserve. */
+static void resize_in_place(pm_span_t *s, size_t size)
+{
+    if (s->cls == 0) {
+        pm_relaxed_add(&large_requested, size - s->requested); /* modular: may shrink */
+        s->requested = size;
+    }
+}
+
 void *pm_realloc(void *p, size_t size)
 {
     if (!p) return pm_malloc_inline(size);
@@ -210,9 +224,13 @@ void *pm_realloc(void *p, size_t size)
         return NULL;
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
-    size_t old = pm_usable_size(p);
+    pm_span_t *s = owner(p);
+    size_t old = s->cls ? pm_class_size[s->cls] : s->npages << PM_PAGE_SHIFT;
     /* keep the block when the new size fits and wastes at most half */
-    if (size <= old && size >= old / 2) return p;
+    if (size <= old && size >= old / 2) {
+        resize_in_place(s, size);
+        return p;
+    }
     /* Growing: reserve at least a quarter more than the old block, as
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,

@@ -1,9 +1,10 @@
 /* central.c — one free list per size class, shared by all threads.
  * Objects move to and from thread caches in chains of up to a batch, which
- * park in `slots` (a transfer cache, up to 64 KiB per class): a put pushes
- * its chain, or joins a short one to the newest slot while that stays
- * within a batch; a get takes the newest slot whole, or its first n
- * objects.  So a batch moves between threads in O(1) (the producer/
+ * park in `slots` (a transfer cache: full batches up to 64 KiB per class,
+ * at least one; short chains while the class's parked objects stay within
+ * 64 KiB): a put pushes its chain, or joins a short one to the newest slot
+ * while that stays within a batch; a get of n takes the newest slots
+ * whole while they fit and the first objects of the next.  So a batch moves between threads in O(1) (the producer/
  * consumer path), and a dead thread's short lists go to the next thread
  * that asks instead of being walked back into their spans and carved out
  * again (bench/threadchurn: 39 M -> 28 M instructions).  What the slots
@@ -15,6 +16,10 @@
 #include "pm_internal.h"
 
 pm_central_t pm_central[PM_CLASS_MAX];
+
+/* What the slots of one class may hold: max_slots full batches of this
+ * much (at least one batch), or short chains up to this much. */
+#define PM_PARK_BYTES ((size_t)64 * 1024)
 
 static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
 
@@ -47,7 +52,7 @@ static void lock_central(pm_central_t *c, unsigned cls)
     if (PM_LIKELY(c->nonempty.next != NULL)) return;
     c->nonempty.next = c->nonempty.prev = &c->nonempty;
     size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
-    size_t slots = (64 * 1024) / batch_bytes;
+    size_t slots = PM_PARK_BYTES / batch_bytes;
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
@@ -71,18 +76,27 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     uint32_t k = 0;
     lock_central(c, cls);
     if (c->nslots) {
-        /* the newest parked chain: all of it, or its first n objects */
-        uint32_t top = c->nslots - 1, have = c->slot_n[top];
-        chain = c->slots[top];
-        if (have <= n) {
-            c->nslots = top;
-            k = have;
-        } else {
-            void **last = chain;
-            for (k = 1; k < n; k++) last = *last;
-            c->slots[top] = *last;
-            *last = NULL;
-            c->slot_n[top] = (uint8_t)(have - n);
+        /* Parked chains, newest first: each one whole while it fits, then
+         * the first objects of the next.  A whole first chain is O(1) (the
+         * batch transfer); anything else walks the objects it takes. */
+        while (k < n && c->nslots) {
+            uint32_t top = c->nslots - 1, have = c->slot_n[top], take = n - k;
+            void *part = c->slots[top];
+            void **last = part;
+            if (have <= take) {
+                take = have;
+                c->nslots = top;
+                if (chain)
+                    for (uint32_t i = 1; i < take; i++) last = *last;
+            } else {
+                for (uint32_t i = 1; i < take; i++) last = *last;
+                c->slots[top] = *last;
+                c->slot_n[top] = (uint8_t)(have - take);
+                *last = NULL;
+            }
+            if (chain) *last = chain;
+            chain = part;
+            k += take;
         }
         c->parked -= k;
         c->out += k;
@@ -171,7 +185,10 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     }
     lock_central(c, cls);
     c->out -= n;
-    if (n <= batch) {
+    /* a full batch parks while a slot is free; a short chain only while the
+     * class's parked objects stay within PM_PARK_BYTES (a dead thread's one
+     * 200 KiB block should go back to the page heap, not wait in a slot) */
+    if (n == batch || (n < batch && (c->parked + n) * pm_class_size[cls] <= PM_PARK_BYTES)) {
         uint32_t top = c->nslots - 1;
         if (last && c->nslots && c->slot_n[top] + n <= batch) {
             *last = c->slots[top];

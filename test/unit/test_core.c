@@ -704,6 +704,110 @@ static void test_central_transfer_slots(void **state)
     free(chains);
 }
 
+/* The first n objects of *chain as a chain of their own; *chain keeps the
+ * rest. */
+static void *take_front(void **chain, uint32_t n)
+{
+    void *front = *chain, **last = front;
+    for (uint32_t i = 1; i < n; i++) last = *last;
+    *chain = *last;
+    *last = NULL;
+    return front;
+}
+
+/* Short chains with several slots: joining the newest slot, gets that take
+ * whole slots and split the next, short chains that find every slot taken,
+ * and the byte cap that keeps a big class's single objects out. */
+static void test_central_partial_slots(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(176);
+    pm_central_t *c = &pm_central[cls];
+    uint32_t batch = pm_class_batch[cls], got;
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    void *a = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    assert_true(c->max_slots >= 3);
+    void *b = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    void *b5 = take_front(&b, 5), *b10 = take_front(&b, 10); /* b keeps batch - 15 */
+
+    pm_central_put(cls, a, batch);
+    pm_central_put(cls, b5, 5); /* the newest slot is full: a slot of its own */
+    assert_int_equal(c->nslots, 2);
+    assert_int_equal(c->slot_n[1], 5);
+    pm_central_put(cls, b10, 10); /* joins it */
+    assert_int_equal(c->nslots, 2);
+    assert_int_equal(c->slot_n[1], 15);
+    assert_int_equal(chain_len(c->slots[1]), 15);
+    assert_int_equal(c->parked, batch + 15);
+
+    /* a batch: the newest slot whole (15), then 17 off the one below */
+    void *objs[64];
+    void *x = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    check_chain(cls, x, batch, objs);
+    assert_int_equal(c->nslots, 1);
+    assert_int_equal(c->slot_n[0], batch - 17);
+    assert_int_equal(chain_len(c->slots[0]), batch - 17);
+    assert_int_equal(c->parked, batch - 17);
+    /* more than is parked: what there is */
+    void *y = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch - 17);
+    assert_int_equal(chain_len(y), batch - 17);
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->out, 2 * batch); /* x, y and what is left of b */
+
+    /* every slot taken by a full batch: a short chain goes to its spans */
+    void **full = calloc(c->max_slots, sizeof *full);
+    for (uint32_t i = 1; i < c->max_slots; i++) {
+        full[i] = pm_central_get(cls, batch, &got); /* from the spans */
+        assert_int_equal(got, batch);
+    }
+    pm_central_put(cls, x, batch);
+    for (uint32_t i = 1; i < c->max_slots; i++) pm_central_put(cls, full[i], batch);
+    assert_int_equal(c->nslots, c->max_slots);
+    uint64_t span_free = c->span_free;
+    void *y3 = take_front(&y, 3);
+    pm_central_put(cls, y3, 3);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
+    assert_int_equal(c->span_free, span_free + 3);
+    pm_central_put(cls, y, batch - 20);
+    pm_central_put(cls, b, batch - 15);
+    assert_int_equal(c->out, 0);
+    pm_central_drain();
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(full);
+
+    /* a class whose single object exceeds the cap: short chains skip the
+     * slots (the span goes straight back to the page heap), full batches
+     * still park */
+    unsigned big = class_of_size(96 * 1024);
+    pm_central_t *cb = &pm_central[big];
+    assert_true(pm_class_size[big] > 64 * 1024);
+    void *one = pm_central_get(big, 1, &got);
+    assert_int_equal(got, 1);
+    assert_int_equal(cb->spans, 1);
+    pm_central_put(big, one, 1);
+    assert_int_equal(cb->parked, 0);
+    assert_int_equal(cb->spans, 0);
+    void *two = pm_central_get(big, pm_class_batch[big], &got);
+    assert_int_equal(got, pm_class_batch[big]);
+    pm_central_put(big, two, pm_class_batch[big]);
+    assert_int_equal(cb->nslots, 1);
+    assert_int_equal(cb->parked, pm_class_batch[big]);
+    pm_central_drain();
+    assert_int_equal(cb->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
 /* ======================================================================
  * tcache.c and alloc.c through pm_malloc & co.
  * ==================================================================== */
@@ -1549,6 +1653,7 @@ int main(void)
     const struct CMUnitTest central[] = {
         cmocka_unit_test(test_central_get_put),
         cmocka_unit_test(test_central_transfer_slots),
+        cmocka_unit_test(test_central_partial_slots),
     };
     const struct CMUnitTest tcache[] = {
         cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
