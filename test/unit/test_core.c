@@ -1248,6 +1248,18 @@ static void test_alloc_realloc_headroom(void **state)
     assert_true(pm_usable_size(l2) >= lold + lold / 4);
     for (size_t i = 0; i < 1000; i++) assert_int_equal(l2[i], 7);
     pm_free(l2);
+    /* the biggest class growing by a byte: a large block with the reserve */
+    uint8_t *top = pm_malloc(PM_MAX_SMALL);
+    assert_non_null(top);
+    assert_int_equal(pm_usable_size(top), PM_MAX_SMALL);
+    memset(top, 9, PM_MAX_SMALL);
+    uint8_t *big = pm_realloc(top, PM_MAX_SMALL + 1);
+    assert_non_null(big);
+    assert_true(pm_usable_size(big) >= PM_MAX_SMALL + PM_MAX_SMALL / 4);
+    assert_int_equal(pm_usable_size(big) % PAGE, 0);
+    for (size_t i = 0; i < PM_MAX_SMALL; i += 4093) assert_int_equal(big[i], 9);
+    assert_int_equal(big[PM_MAX_SMALL - 1], 9);
+    pm_free(big);
 }
 
 static void test_alloc_memalign(void **state)
