@@ -10,7 +10,7 @@
  * Release policy (decided on free, after the clock is read and before the
  * lock is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * PROFMALLOC_RELEASE_BYTES (default 32 MiB) the largest free spans are
+ * PROFMALLOC_RELEASE_BYTES (default 64 MiB) the largest free spans are
  * returned until half that is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  Fresh memory from the OS counts as RETURNED (not yet
