@@ -976,11 +976,21 @@ static struct {
     int state_at, state_after;
     int malloc_ok, calloc_ok, realloc_ok, large_ok;
     uint32_t max_len;
+    uint64_t parked_before, parked_after_get, parked_after_put;
 } dead;
 
 static void late_destructor(void *arg)
 {
     dead.state_at = pm_tls.state;
+    /* the thread's flushed 128-byte list waits in the transfer slots; a
+     * dead thread's malloc takes one object from there, its free puts one
+     * back */
+    pm_central_t *c128 = &pm_central[pm_sizeclass_of(128)];
+    dead.parked_before = c128->parked;
+    void *r = pm_malloc(128);
+    dead.parked_after_get = c128->parked;
+    pm_free(r);
+    dead.parked_after_put = c128->parked;
     void *keep = arg;
     char *p = pm_malloc(100);
     dead.malloc_ok = p != NULL && pm_usable_size(p) >= 100;
@@ -1028,6 +1038,9 @@ static void test_tcache_dead_thread(void **state)
     assert_true(dead.realloc_ok);
     assert_true(dead.large_ok);
     assert_int_equal(dead.max_len, 0);
+    assert_true(dead.parked_before >= 1);
+    assert_int_equal(dead.parked_after_get, dead.parked_before - 1);
+    assert_int_equal(dead.parked_after_put, dead.parked_before);
     /* nothing leaked into a cache that nobody owns, the thread is gone */
     assert_int_equal(s1.threads, s0.threads);
     assert_int_equal(s1.in_use, s0.in_use);
