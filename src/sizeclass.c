@@ -3,7 +3,7 @@
  * the power of two below the size / 8) up to 256 KiB, so internal waste
  * is at most 12.5% above 128 bytes.  A class's span is the fewest pages
  * with at most 1/8 left over at its tail (a page holds at least 8 objects
- * of the classes up to 1 KiB).  Spans of the big classes thus hold 1 to 7
+ * of the classes up to 1 KiB).  Spans of the big classes thus hold 1 to 11
  * objects: one live object pins its whole span, and with spans of at least
  * 32 KiB strings grown by realloc left 3x their live bytes resident
  * (bench/realloc peak RSS: 43 MB, now 33 MB).  Batch (objects moved
