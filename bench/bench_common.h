@@ -145,6 +145,20 @@ static inline void slot_free(slot_t s, size_t lo, size_t hi)
     free(s.p);
 }
 
+/* An array of n live slots of lo..hi bytes each, and its release (every
+ * block checked, then the array freed). */
+__attribute__((unused)) static slot_t *slots_new(rng_t *r, long n, size_t lo, size_t hi)
+{
+    slot_t *slot = xmalloc((size_t)n * sizeof *slot);
+    for (long i = 0; i < n; i++) slot[i] = slot_new(r, lo, hi);
+    return slot;
+}
+__attribute__((unused)) static void slots_free(slot_t *slot, long n, size_t lo, size_t hi)
+{
+    for (long i = 0; i < n; i++) slot_free(slot[i], lo, hi);
+    free(slot);
+}
+
 /* A value from /proc/self/status in kB ("VmHWM", "VmRSS"); -1 if absent. */
 __attribute__((unused)) static long status_kb(const char *key)
 {

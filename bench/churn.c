@@ -36,8 +36,7 @@ static void *worker(void *vp)
     arg_t *a = vp;
     rng_t r;
     rng_seed(&r, a->seed);
-    slot_t *slot = xmalloc((size_t)a->live * sizeof *slot);
-    for (long i = 0; i < a->live; i++) slot[i] = slot_new(&r, MIN_SZ, MAX_SZ);
+    slot_t *slot = slots_new(&r, a->live, MIN_SZ, MAX_SZ);
     pthread_barrier_wait(a->start);
     a->t_start = now_sec();
     for (long i = 0; i < a->steps; i++) {
@@ -45,8 +44,7 @@ static void *worker(void *vp)
         slot_free(slot[k], MIN_SZ, MAX_SZ);
         slot[k] = slot_new(&r, MIN_SZ, MAX_SZ);
     }
-    for (long i = 0; i < a->live; i++) slot_free(slot[i], MIN_SZ, MAX_SZ);
-    free(slot);
+    slots_free(slot, a->live, MIN_SZ, MAX_SZ);
     a->t_end = now_sec();
     return NULL;
 }

@@ -30,8 +30,7 @@ static void *worker(void *vp)
     arg_t *a = vp;
     rng_t r;
     rng_seed(&r, a->seed);
-    slot_t *slot = xmalloc((size_t)a->live * sizeof *slot);
-    for (long i = 0; i < a->live; i++) slot[i] = slot_new(&r, MIN_SZ, MAX_SZ);
+    slot_t *slot = slots_new(&r, a->live, MIN_SZ, MAX_SZ);
     for (long i = 0; i < a->live / 2; i++) {
         uint32_t k = rng_below(&r, (uint32_t)a->live);
         if (slot[k].p) {
@@ -41,8 +40,7 @@ static void *worker(void *vp)
     }
     for (long i = 0; i < a->live; i++)
         if (!slot[i].p) slot[i] = slot_new(&r, MIN_SZ, MAX_SZ);
-    for (long i = 0; i < a->live; i++) slot_free(slot[i], MIN_SZ, MAX_SZ);
-    free(slot);
+    slots_free(slot, a->live, MIN_SZ, MAX_SZ);
     return NULL;
 }
 

@@ -195,25 +195,14 @@ void *pm_calloc(size_t n, size_t size)
     return alloc_any(total, 1, 1);
 }
 
-size_t pm_usable_size(const void *p)
+static size_t span_usable(const pm_span_t *s)
 {
-    if (!p) return 0;
-    pm_span_t *s = owner(p);
     return s->cls ? pm_class_size[s->cls] : s->npages << PM_PAGE_SHIFT;
 }
 
-/* A realloc that keeps its block.  The heap profile goes on showing the
- * size the block was sampled at (its malloc or its last move), as
- * tcmalloc's does: recording every in-place size as a new allocation made
- * one bucket per (stack, size) pair, and a buffer grown a byte at a time
- * in exact mode made millions.  So a block grown in place is under-counted
- * by at most its slack: the class's rounding plus realloc's reserve. */
-static void resize_in_place(pm_span_t *s, size_t size)
+size_t pm_usable_size(const void *p)
 {
-    if (s->cls == 0) {
-        pm_relaxed_add(&large_requested, size - s->requested); /* modular: may shrink */
-        s->requested = size;
-    }
+    return p ? span_usable(owner(p)) : 0;
 }
 
 void *pm_realloc(void *p, size_t size)
@@ -225,10 +214,18 @@ void *pm_realloc(void *p, size_t size)
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
     pm_span_t *s = owner(p);
-    size_t old = s->cls ? pm_class_size[s->cls] : s->npages << PM_PAGE_SHIFT;
-    /* keep the block when the new size fits and wastes at most half */
+    size_t old = span_usable(s);
+    /* Keep the block when the new size fits and wastes at most half.  The
+     * heap profile goes on showing the size the block was sampled at (its
+     * malloc or last move), as tcmalloc's does: recording each in-place
+     * size as a new allocation made one bucket per (stack, size) pair, and
+     * a buffer grown a byte at a time in exact mode made millions.  So a
+     * block grown in place is under-counted by at most its slack. */
     if (size <= old && size >= old / 2) {
-        resize_in_place(s, size);
+        if (s->cls == 0) { /* a large block's requested size is in the stats */
+            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
+            s->requested = size;
+        }
         return p;
     }
     /* Growing: reserve at least a quarter more than the old block, as

@@ -3,11 +3,12 @@
  * park in `slots` (a transfer cache: full batches up to 64 KiB per class,
  * at least one; short chains while the class's parked objects stay within
  * 64 KiB): a put pushes its chain, or joins a short one to the newest slot
- * while that stays within a batch; a get of n takes the newest slots
- * whole while they fit and the first objects of the next.  So a batch moves between threads in O(1) (the producer/
- * consumer path), and a dead thread's short lists go to the next thread
- * that asks instead of being walked back into their spans and carved out
- * again (bench/threadchurn: 39 M -> 28 M instructions).  What the slots
+ * while that stays within a batch; a get of n takes the newest slots whole
+ * while they fit and the first objects of the next.  So a batch moves
+ * between threads in O(1) (the producer/consumer path), and a dead
+ * thread's short lists go to the next thread that asks instead of being
+ * walked back into their spans and carved out again (bench/threadchurn:
+ * 39 M -> 28 M instructions).  What the slots
  * cannot hold goes back into its span, found through the page map; a span
  * whose objects have all come back returns to the page heap.
  * Lock: one per class (pm_central[c].lock).  Must never call the page heap
@@ -80,19 +81,18 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
          * the first objects of the next.  A whole first chain is O(1) (the
          * batch transfer); anything else walks the objects it takes. */
         while (k < n && c->nslots) {
-            uint32_t top = c->nslots - 1, have = c->slot_n[top], take = n - k;
+            uint32_t top = c->nslots - 1, have = c->slot_n[top];
+            uint32_t take = have < n - k ? have : n - k;
             void *part = c->slots[top];
-            void **last = part;
-            if (have <= take) {
-                take = have;
-                c->nslots = top;
-                if (chain)
-                    for (uint32_t i = 1; i < take; i++) last = *last;
-            } else {
+            void **last = part; /* part's take-th object, if needed */
+            if (take < have || chain)
                 for (uint32_t i = 1; i < take; i++) last = *last;
+            if (take < have) {
                 c->slots[top] = *last;
                 c->slot_n[top] = (uint8_t)(have - take);
                 *last = NULL;
+            } else {
+                c->nslots = top;
             }
             if (chain) *last = chain;
             chain = part;
@@ -188,25 +188,21 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     /* a full batch parks while a slot is free; a short chain only while the
      * class's parked objects stay within PM_PARK_BYTES (a dead thread's one
      * 200 KiB block should go back to the page heap, not wait in a slot) */
-    if (n == batch || (n < batch && (c->parked + n) * pm_class_size[cls] <= PM_PARK_BYTES)) {
-        uint32_t top = c->nslots - 1;
-        if (last && c->nslots && c->slot_n[top] + n <= batch) {
-            *last = c->slots[top];
-            c->slots[top] = chain;
-            c->slot_n[top] = (uint8_t)(c->slot_n[top] + n);
-            c->parked += n;
-            pm_unlock(&c->lock);
-            return;
-        }
-        if (c->nslots < c->max_slots) {
-            c->slots[c->nslots] = chain;
-            c->slot_n[c->nslots++] = (uint8_t)n;
-            c->parked += n;
-            pm_unlock(&c->lock);
-            return;
-        }
+    int fits = n == batch || (last && (c->parked + n) * pm_class_size[cls] <= PM_PARK_BYTES);
+    uint32_t top = c->nslots - 1;
+    if (fits && last && c->nslots && c->slot_n[top] + n <= batch) {
+        *last = c->slots[top]; /* joins the newest slot */
+        c->slots[top] = chain;
+        c->slot_n[top] = (uint8_t)(c->slot_n[top] + n);
+    } else if (fits && c->nslots < c->max_slots) {
+        c->slots[c->nslots] = chain;
+        c->slot_n[c->nslots++] = (uint8_t)n;
+    } else {
+        return_to_spans_locked(c, chain, n); /* drops the lock */
+        return;
     }
-    return_to_spans_locked(c, chain, n); /* drops the lock */
+    c->parked += n;
+    pm_unlock(&c->lock);
 }
 
 /* Moves every parked batch back into its spans, so that spans whose

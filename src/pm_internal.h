@@ -135,10 +135,10 @@ void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
-uint64_t pm_tcache_bytes(uint64_t *threads);
 /* Adds each class's objects in the live threads' caches to counts[class]
- * (racy reads of other threads' lengths: a snapshot for reports). */
-void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX]);
+ * and gives the number of live threads (racy reads of other threads'
+ * lengths: a snapshot for reports). */
+void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *threads);
 void pm_tcache_lock_all(void);
 void pm_tcache_unlock_all(int child);
 

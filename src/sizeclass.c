@@ -25,8 +25,7 @@ static size_t pages_for(size_t size)
     size_t n = (size + PM_PAGE_SIZE - 1) / PM_PAGE_SIZE;
     for (;; n++) {
         size_t bytes = n * PM_PAGE_SIZE;
-        size_t objs = bytes / size;
-        if (bytes % size <= bytes / 8 && (objs >= 8 || size > 1024)) return n;
+        if (bytes % size <= bytes / 8) return n;
     }
 }
 

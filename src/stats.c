@@ -12,24 +12,30 @@
 #include <malloc.h>
 #include <stdio.h>
 
-void pm_stats_collect(profmalloc_stats_t *out)
+/* The totals, and into free_objs[class] (when not NULL) the free small
+ * blocks of each class: thread caches, transfer slots and spans. */
+static void collect(profmalloc_stats_t *out, uint64_t free_objs[PM_CLASS_MAX])
 {
     *out = (profmalloc_stats_t){0};
     pm_init();
     pm_pageheap_stats_t ph;
     pm_pageheap_stats(&ph);
+    uint64_t cached[PM_CLASS_MAX] = {0}, threads = 0, tcache = 0;
+    pm_tcache_class_counts(cached, &threads);
     uint64_t small_out = 0, central_free = 0, span_bytes = 0, contention = ph.contention;
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
         pm_central_t *c = &pm_central[cls];
         uint64_t size = pm_class_size[cls];
         pm_lock(&c->lock);
+        uint64_t central = c->parked + c->span_free;
         small_out += c->out * size;
-        central_free += (c->parked + c->span_free) * size;
+        central_free += central * size;
         span_bytes += c->spans * ((uint64_t)pm_class_pages[cls] << PM_PAGE_SHIFT);
         pm_unlock(&c->lock);
+        tcache += cached[cls] * size;
+        if (free_objs) free_objs[cls] = cached[cls] + central;
         contention += pm_relaxed_load(&c->lock.contended);
     }
-    uint64_t threads = 0, tcache = pm_tcache_bytes(&threads);
     uint64_t large, large_req, large_n;
     pm_alloc_large_stats(&large, &large_req, &large_n);
     out->thread_cache = tcache;
@@ -47,6 +53,8 @@ void pm_stats_collect(profmalloc_stats_t *out)
     out->sample_rate = pm_sampler_rate();
     out->samples_live = pm_heapprof_live_samples();
 }
+
+void pm_stats_collect(profmalloc_stats_t *out) { collect(out, NULL); }
 
 PM_EXPORT int profmalloc_get_stats(profmalloc_stats_t *out)
 {
@@ -157,18 +165,10 @@ int pm_malloc_info(int options, FILE *fp)
         errno = EINVAL;
         return -1;
     }
+    /* free small blocks by size class, as glibc lists its free chunks by bin */
     profmalloc_stats_t s;
-    pm_stats_collect(&s);
-    /* free small blocks by size class, as glibc lists its free chunks by
-     * bin: the thread caches, the transfer slots and the spans' free lists */
     uint64_t counts[PM_CLASS_MAX] = {0}, nfree = 0;
-    pm_tcache_class_counts(counts);
-    for (unsigned cls = 1; cls < pm_class_count; cls++) {
-        pm_central_t *c = &pm_central[cls];
-        pm_lock(&c->lock);
-        counts[cls] += c->parked + c->span_free;
-        pm_unlock(&c->lock);
-    }
+    collect(&s, counts);
     char text[PM_CLASS_MAX * 80 + 1024];
     pm_buf_t b;
     pm_buf_init(&b, text, sizeof text - 1, -1);

@@ -253,24 +253,13 @@ void pm_tcache_thread_exit(void *arg)
     t->state = PM_THREAD_DEAD;
 }
 
-uint64_t pm_tcache_bytes(uint64_t *nthreads_out)
-{
-    uint64_t bytes = 0;
-    pm_lock(&reg_lock);
-    for (pm_tcache_t *t = threads; t; t = t->next)
-        for (unsigned cls = 1; cls < pm_class_count; cls++)
-            bytes += (uint64_t)((volatile pm_tlist_t *)&t->list[cls])->len * pm_class_size[cls];
-    if (nthreads_out) *nthreads_out = nthreads;
-    pm_unlock(&reg_lock);
-    return bytes;
-}
-
-void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX])
+void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *nthreads_out)
 {
     pm_lock(&reg_lock);
     for (pm_tcache_t *t = threads; t; t = t->next)
         for (unsigned cls = 1; cls < pm_class_count; cls++)
             counts[cls] += ((volatile pm_tlist_t *)&t->list[cls])->len;
+    *nthreads_out = nthreads;
     pm_unlock(&reg_lock);
 }
 
