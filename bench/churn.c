@@ -13,7 +13,13 @@
  * scaling.
  *
  * Options: -t threads (default 1), -n steps per thread (default 20000000),
- * -l live blocks per thread (default 4000), -s seed.
+ * -l live blocks per thread (default 4000), -s seed, -m bare.
+ * -m bare: the same sizes and slots, but the blocks are never written or
+ * read (only malloc's result is checked for NULL and alignment), so the
+ * time is the allocator's own plus the random numbers: the allocator's
+ * throughput with the least of the workload's memory traffic on top.  The
+ * default (checked) mode writes a header and a tail byte into every block
+ * and checks both at free, which is what a broken allocator fails.
  * Result: seconds= wall time from the first thread's start to the last
  * thread's end (each thread reads the clock itself: the main thread may
  * not run again until the workers are done); ops= total steps (one malloc
@@ -27,15 +33,37 @@
 typedef struct {
     long steps, live;
     uint64_t seed;
+    int bare;
     pthread_barrier_t *start;
     double t_start, t_end;   /* this thread's timed region */
 } arg_t;
+
+/* The bare loop: malloc and free only. */
+static void churn_bare(rng_t *r, long steps, long live)
+{
+    void **blk = xmalloc((size_t)live * sizeof *blk);
+    for (long i = 0; i < live; i++) blk[i] = xmalloc(rng_range(r, MIN_SZ, MAX_SZ));
+    for (long i = 0; i < steps; i++) {
+        uint32_t k = rng_below(r, (uint32_t)live);
+        free(blk[k]);
+        blk[k] = xmalloc(rng_range(r, MIN_SZ, MAX_SZ));
+    }
+    for (long i = 0; i < live; i++) free(blk[i]);
+    free(blk);
+}
 
 static void *worker(void *vp)
 {
     arg_t *a = vp;
     rng_t r;
     rng_seed(&r, a->seed);
+    if (a->bare) {
+        pthread_barrier_wait(a->start);
+        a->t_start = now_sec();
+        churn_bare(&r, a->steps, a->live);
+        a->t_end = now_sec();
+        return NULL;
+    }
     slot_t *slot = slots_new(&r, a->live, MIN_SZ, MAX_SZ);
     pthread_barrier_wait(a->start);
     a->t_start = now_sec();
@@ -52,13 +80,15 @@ static void *worker(void *vp)
 int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 20000000, .seed = 1, .live = 4000, .batch = 1};
-    parse_opts(argc, argv, &o, "[-t threads] [-n steps_per_thread] [-l live] [-s seed]");
+    parse_opts(argc, argv, &o, "[-t threads] [-n steps_per_thread] [-l live] [-s seed] [-m bare]");
+    int bare = o.mode && strcmp(o.mode, "bare") == 0;
+    if (o.mode && !bare) die("unknown mode %s (the only mode is bare)", o.mode);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)o.threads + 1);
     pthread_t *tid = xmalloc(sizeof *tid * (size_t)o.threads);
     arg_t *args = xmalloc(sizeof *args * (size_t)o.threads);
     for (int i = 0; i < o.threads; i++) {
-        args[i] = (arg_t){o.iters, o.live, o.seed * 1000003u + (uint64_t)i, &start, 0, 0};
+        args[i] = (arg_t){o.iters, o.live, o.seed * 1000003u + (uint64_t)i, bare, &start, 0, 0};
         xpthread_create(&tid[i], worker, &args[i]);
     }
     pthread_barrier_wait(&start);
@@ -70,7 +100,7 @@ int main(int argc, char **argv)
     }
     double t = last - first;
     char extra[64];
-    snprintf(extra, sizeof extra, "live=%ld", o.live);
+    snprintf(extra, sizeof extra, "live=%ld mode=%s", o.live, bare ? "bare" : "checked");
     report("churn", o.threads, (double)o.iters * o.threads, t, extra);
     free(tid);
     free(args);

@@ -57,8 +57,13 @@ extern uint8_t pm_class_index[PM_CLASS_SLOTS];
 extern uint32_t pm_class_size[PM_CLASS_MAX];
 extern uint16_t pm_class_pages[PM_CLASS_MAX];
 extern uint16_t pm_class_batch[PM_CLASS_MAX];
-/* ceil(2^64 / size): n % size == 0  <=>  n * magic <= magic - 1 (mod 2^64) */
-extern uint64_t pm_class_magic[PM_CLASS_MAX];
+/* Indexed by a page's info byte (pagemap.c): ceil(2^64 / size) for a
+ * small class without the sampled flag, so that n % size == 0 <=>
+ * n * magic < magic (mod 2^64, n < 2^32); 0 for class 0 (not a small-object
+ * page) and for every byte with PM_SAMPLED_PAGE set, where the same test
+ * always fails.  Free's fast path thus checks the class and the object's
+ * start with one load, one multiply and one compare. */
+extern uint64_t pm_free_magic[256];
 extern uint32_t pm_class_count;          /* classes are 1 .. pm_class_count-1 */
 void pm_sizeclass_init(void);
 
@@ -235,13 +240,12 @@ PM_INLINE void pm_free_inline(void *p)
     pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {
         unsigned info = leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)];
-        unsigned cls = info & 0xff;
+        uint64_t magic = pm_free_magic[info & 0xff];
         /* offset from the span's start: page index, then offset in page */
         uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-        /* class 1..127 (a small block on a page without samples), at an
-         * object's start (a divisibility test by multiplication) */
-        if (PM_LIKELY((int8_t)cls > 0 &&
-                      offset * pm_class_magic[cls] <= pm_class_magic[cls] - 1)) {
+        /* a small block on a page without samples, at an object's start */
+        if (PM_LIKELY(offset * magic < magic)) {
+            unsigned cls = info & 0xff;
             pm_tlist_t *l = &pm_tls.list[cls];
             if (PM_LIKELY(l->len < l->max_len && p != l->head)) {
                 *(void **)p = l->head;

@@ -17,7 +17,7 @@ uint8_t pm_class_index[PM_CLASS_SLOTS];
 uint32_t pm_class_size[PM_CLASS_MAX];
 uint16_t pm_class_pages[PM_CLASS_MAX];
 uint16_t pm_class_batch[PM_CLASS_MAX];
-uint64_t pm_class_magic[PM_CLASS_MAX];
+uint64_t pm_free_magic[256];
 uint32_t pm_class_count;
 
 static size_t pages_for(size_t size)
@@ -36,7 +36,7 @@ void pm_sizeclass_init(void)
     while (size <= PM_MAX_SMALL) {
         pm_class_size[c] = (uint32_t)size;
         pm_class_pages[c] = (uint16_t)pages_for(size);
-        pm_class_magic[c] = UINT64_MAX / size + 1;
+        pm_free_magic[c] = UINT64_MAX / size + 1;
         PM_CHECK(pm_class_pages[c] < 256, "span too long for the page index");
         size_t batch = (64 * 1024) / size;
         pm_class_batch[c] = (uint16_t)(batch < 2 ? 2 : batch > 32 ? 32 : batch);
