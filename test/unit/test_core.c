@@ -446,6 +446,27 @@ static uint32_t chain_len(void *chain)
     return n;
 }
 
+/* n objects from the central list over as many gets as it takes: a get
+ * returns fewer than asked when the class's old spans run out. */
+static void *get_full(unsigned cls, uint32_t n)
+{
+    void *chain = NULL;
+    uint32_t have = 0;
+    while (have < n) {
+        uint32_t got = 0;
+        void *part = pm_central_get(cls, n - have, &got);
+        assert_non_null(part);
+        assert_in_range(got, 1, n - have);
+        assert_int_equal(chain_len(part), got);
+        void **last = part;
+        while (*last) last = *last;
+        *last = chain;
+        chain = part;
+        have += got;
+    }
+    return chain;
+}
+
 static int cmp_ptr(const void *a, const void *b)
 {
     uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
@@ -655,8 +676,7 @@ static void test_central_transfer_slots(void **state)
     void **chains = calloc(nb, sizeof *chains);
     chains[0] = again;
     for (uint32_t i = 1; i < nb; i++) {
-        chains[i] = pm_central_get(cls, batch, &got);
-        assert_int_equal(got, batch);
+        chains[i] = get_full(cls, batch);
     }
     for (uint32_t i = 0; i < nb; i++) pm_central_put(cls, chains[i], batch);
     assert_int_equal(c->nslots, c->max_slots);
@@ -715,6 +735,45 @@ static void *take_front(void **chain, uint32_t n)
     return front;
 }
 
+/* A get that the class's old spans can serve only in part comes back short
+ * instead of opening a fresh span; once they are empty it opens one. */
+static void test_central_short_get(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(1536);
+    pm_central_t *c = &pm_central[cls];
+    uint32_t cap = pm_class_pages[cls] * PAGE / pm_class_size[cls], got;
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_true(cap > 4);
+    pm_pageheap_stats_t before = ph_stats();
+
+    void *all = pm_central_get(cls, cap, &got); /* one fresh span, all of it */
+    assert_int_equal(got, cap);
+    assert_int_equal(c->spans, 1);
+    void *three = take_front(&all, 3);
+    pm_central_put(cls, three, 3);
+    pm_central_drain(); /* the three go back into their span */
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->span_free, 3);
+
+    void *a = pm_central_get(cls, cap, &got);
+    assert_int_equal(got, 3); /* short: no second span for the rest */
+    assert_int_equal(c->spans, 1);
+    assert_int_equal(chain_len(a), 3);
+    void *b = pm_central_get(cls, cap, &got); /* old spans empty: a fresh one */
+    assert_int_equal(got, cap);
+    assert_int_equal(c->spans, 2);
+
+    pm_central_put(cls, all, cap - 3);
+    pm_central_put(cls, a, 3);
+    pm_central_put(cls, b, cap);
+    pm_central_drain();
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
 /* Short chains with several slots: joining the newest slot, gets that take
  * whole slots and split the next, short chains that find every slot taken,
  * and the byte cap that keeps a big class's single objects out. */
@@ -731,8 +790,7 @@ static void test_central_partial_slots(void **state)
     void *a = pm_central_get(cls, batch, &got);
     assert_int_equal(got, batch);
     assert_true(c->max_slots >= 3);
-    void *b = pm_central_get(cls, batch, &got);
-    assert_int_equal(got, batch);
+    void *b = get_full(cls, batch);
     void *b5 = take_front(&b, 5), *b10 = take_front(&b, 10); /* b keeps batch - 15 */
 
     pm_central_put(cls, a, batch);
@@ -765,8 +823,7 @@ static void test_central_partial_slots(void **state)
     /* every slot taken by a full batch: a short chain goes to its spans */
     void **full = calloc(c->max_slots, sizeof *full);
     for (uint32_t i = 1; i < c->max_slots; i++) {
-        full[i] = pm_central_get(cls, batch, &got); /* from the spans */
-        assert_int_equal(got, batch);
+        full[i] = get_full(cls, batch); /* from the spans */
     }
     pm_central_put(cls, x, batch);
     for (uint32_t i = 1; i < c->max_slots; i++) pm_central_put(cls, full[i], batch);
@@ -1677,6 +1734,7 @@ int main(void)
     };
     const struct CMUnitTest central[] = {
         cmocka_unit_test(test_central_get_put),
+        cmocka_unit_test(test_central_short_get),
         cmocka_unit_test(test_central_transfer_slots),
         cmocka_unit_test(test_central_partial_slots),
     };
