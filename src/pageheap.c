@@ -209,7 +209,7 @@ static int grow(size_t n)
 /* The heap is about to fault in n fresh pages because no resident free
  * span fits: return as many resident free pages (the oldest first), so
  * fragmentation does not grow the resident set.  A floor of free pages is
- * kept for reuse without page faults: a quarter of the pages in use, at
+ * kept for reuse without page faults: half the pages in use, at
  * least PROFMALLOC_RELEASE_BYTES / 32 (2 MiB). */
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
@@ -217,7 +217,7 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
     uint64_t in_use = ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
                       ph.releasing_pages;
     uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
-    if (floor < in_use / 4) floor = in_use / 4;
+    if (floor < in_use / 2) floor = in_use / 2;
     while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
         released += ph.oldest->npages;
         pick(ph.oldest, out, &k);
