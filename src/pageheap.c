@@ -28,6 +28,7 @@ enum { KIND_FREE = 0, KIND_RETURNED = 1 };
 static struct {
     pm_lock_t lock;
     pm_span_t *lists[2][LISTS + 1];
+    uint64_t nonempty[2][(LISTS + 1 + 63) / 64]; /* bit i: lists[kind][i] has a span */
     uint64_t free_pages[2];      /* pages on lists of each kind */
     uint64_t releasing_pages;
     uint64_t mapped_pages;
@@ -45,9 +46,18 @@ static pm_span_t **list_for(int kind, size_t npages)
     return &ph.lists[kind][npages <= LISTS ? npages : 0];
 }
 
+static inline void mark_list(int kind, size_t npages, int on)
+{
+    size_t i = npages <= LISTS ? npages : 0;
+    uint64_t bit = (uint64_t)1 << (i & 63);
+    if (on) ph.nonempty[kind][i >> 6] |= bit;
+    else ph.nonempty[kind][i >> 6] &= ~bit;
+}
+
 static void list_insert(pm_span_t *s)
 {
     pm_span_t **head = list_for(kind_of(s), s->npages);
+    if (!*head) mark_list(kind_of(s), s->npages, 1);
     s->prev = NULL;
     s->next = *head;
     if (*head) (*head)->prev = s;
@@ -69,6 +79,7 @@ static void list_remove(pm_span_t *s)
     if (s->prev) s->prev->next = s->next;
     else *head = s->next;
     if (s->next) s->next->prev = s->prev;
+    if (!*head) mark_list(kind_of(s), s->npages, 0);
     ph.free_pages[kind_of(s)] -= s->npages;
     if (s->state == PM_SPAN_FREE) {
         if (s->older) s->older->newer = s->newer;
@@ -148,8 +159,12 @@ static void release_picked(pm_span_t **picked, size_t k);
 static pm_span_t *best_fit_locked(size_t n)
 {
     for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++) {
-        for (size_t i = n; i <= LISTS; i++)
-            if (ph.lists[kind][i]) return ph.lists[kind][i];
+        /* the shortest nonempty exact list of at least n pages */
+        for (size_t w = n >> 6; n <= LISTS && w < PM_ARRAY_LEN(ph.nonempty[kind]); w++) {
+            uint64_t bits = ph.nonempty[kind][w];
+            if (w == n >> 6) bits &= ~(uint64_t)0 << (n & 63);
+            if (bits) return ph.lists[kind][w * 64 + (size_t)__builtin_ctzll(bits)];
+        }
         pm_span_t *best = NULL;
         for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next)
             if (s->npages >= n && (!best || s->npages < best->npages ||

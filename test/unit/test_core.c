@@ -266,6 +266,69 @@ static void test_pageheap_reuse(void **state)
     assert_int_equal(ph_stats().free, 5 * PAGE);
 }
 
+/* Best fit among resident free spans: the shortest exact list at or above
+ * the request (found through the lists' bitmap, across its words), then
+ * the shortest long span.  The free spans are whatever ours became after
+ * coalescing (neighbours are not under the test's control), so the test
+ * keeps a model of them and checks each pick against it. */
+static void test_pageheap_best_fit(void **state)
+{
+    (void)state;
+    static const size_t len[] = {3, 70, 150, 66, 200, 129};
+    enum { N = PM_ARRAY_LEN(len) };
+    pm_span_t *sp[N], *sep[N];
+    uintptr_t page[N];
+    pm_pageheap_release_all(); /* no other resident free span */
+    for (int i = 0; i < N; i++) {
+        sp[i] = pm_pageheap_alloc(len[i]);
+        sep[i] = pm_pageheap_alloc(1); /* usually keeps the free spans apart */
+        assert_true(sp[i] && sep[i]);
+        memset(page_ptr(sp[i]->page), 7, len[i] * PAGE);
+        page[i] = sp[i]->page;
+    }
+    for (int i = 0; i < N; i++) pm_pageheap_free(sp[i]);
+    struct { uintptr_t page; size_t n; } model[N];
+    int nm = 0;
+    for (int i = 0; i < N; i++) {
+        /* the free span holding page[i]: the page map knows a free span's
+         * first and last page, and page[i] may now be inside one */
+        pm_span_t *f = NULL;
+        for (uintptr_t p = page[i]; !f && p + 1024 > page[i]; p--) {
+            pm_span_t *c = pm_pagemap_span(p);
+            if (c && c->state == PM_SPAN_FREE && c->page <= page[i] && page[i] < c->page + c->npages)
+                f = c;
+        }
+        assert_non_null(f);
+        int seen = 0;
+        for (int k = 0; k < nm; k++) seen |= model[k].page == f->page;
+        if (!seen) model[nm].page = f->page, model[nm++].n = f->npages;
+    }
+    assert_int_equal(ph_stats().free, (uint64_t)(3 + 70 + 150 + 66 + 200 + 129) * PAGE);
+    static const size_t want[] = {2, 65, 68, 140, 1, 160, 129, 64, 3};
+    pm_span_t *got[PM_ARRAY_LEN(want)];
+    for (size_t i = 0; i < PM_ARRAY_LEN(want); i++) {
+        int best = -1;
+        for (int k = 0; k < nm; k++)
+            if (model[k].n >= want[i] && (best < 0 || model[k].n < model[best].n)) best = k;
+        got[i] = pm_pageheap_alloc(want[i]);
+        assert_non_null(got[i]);
+        if (best < 0) { /* nothing resident fits: fresh memory */
+            assert_int_equal(got[i]->zeroed, 1);
+            continue;
+        }
+        assert_int_equal(got[i]->zeroed, 0);
+        /* the shortest fit; with several of that length, one of them */
+        int ok = 0;
+        for (int k = 0; k < nm; k++)
+            if (model[k].n == model[best].n && got[i]->page == model[k].page) ok = 1, best = k;
+        assert_true(ok);
+        model[best].page += want[i];
+        model[best].n -= want[i];
+    }
+    for (size_t i = 0; i < PM_ARRAY_LEN(want); i++) pm_pageheap_free(got[i]);
+    for (int i = 0; i < N; i++) pm_pageheap_free(sep[i]);
+}
+
 /* Three adjacent spans of N pages, or fails. Spans that were not adjacent
  * are freed again. */
 static void adjacent_three(size_t n, pm_span_t **a, pm_span_t **b, pm_span_t **c)
@@ -1727,6 +1790,7 @@ int main(void)
     const struct CMUnitTest pageheap[] = {
         cmocka_unit_test(test_pageheap_alloc_basic),
         cmocka_unit_test(test_pageheap_reuse),
+        cmocka_unit_test(test_pageheap_best_fit),
         cmocka_unit_test(test_pageheap_coalesce_same_state),
         cmocka_unit_test(test_pageheap_coalesce_three),
         cmocka_unit_test(test_pageheap_aligned),
