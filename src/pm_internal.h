@@ -219,17 +219,20 @@ int pm_malloc_info(int options, struct _IO_FILE *fp);
 /* ---- the fast paths -------------------------------------------------- */
 PM_INLINE void *pm_malloc_inline(size_t size)
 {
-    if (PM_LIKELY(size <= PM_MAX_SMALL)) {
-        pm_tcache_t *t = &pm_tls;
-        pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
-        void *p = l->head;
-        int64_t left = t->countdown - (int64_t)size;
-        if (PM_LIKELY(p != NULL && left >= 0)) {
-            t->countdown = left;
-            l->head = *(void **)p;
-            l->len--;
-            return p;
-        }
+    /* the common sizes first: one compare to their slot */
+    size_t slot;
+    if (PM_LIKELY(size <= 1024)) slot = (size + 15) >> 4;
+    else if (size <= PM_MAX_SMALL) slot = (size + 127 + (120 << 7)) >> 7;
+    else return pm_alloc_slow(size);
+    pm_tcache_t *t = &pm_tls;
+    pm_tlist_t *l = &t->list[pm_class_index[slot]];
+    void *p = l->head;
+    int64_t left = t->countdown - (int64_t)size;
+    if (PM_LIKELY(p != NULL && left >= 0)) {
+        t->countdown = left;
+        l->head = *(void **)p;
+        l->len--;
+        return p;
     }
     return pm_alloc_slow(size);
 }
