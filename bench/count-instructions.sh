@@ -9,6 +9,9 @@
 # start-up and the loop's set-up cancel out, the loop body (malloc, two
 # stores, a load, free) and any amortised slow path (refills, sampling at
 # the given rate) remain.
+# A last row does the same for `churn -m bare` (random frees and mallocs of
+# 16-256 B with 4000 live, blocks untouched): instructions per step, one
+# free and one malloc plus the loop's own ~49 (random numbers, the slot).
 #
 # Usage: bench/count-instructions.sh [-b BIN_DIR] [-p PM_SO] [-a "glibc pm-0 pm ..."]
 #                                    [-z "16 64 ..."] [-m perf|callgrind]
@@ -73,23 +76,32 @@ envof() { # allocator -> env assignments
     esac
 }
 
+# Prints " X |": instructions per operation of `program -n N`, differenced
+# between N1 and N2 operations, for allocator $1.
+per_op() {
+    local a=$1 e i1 i2
+    shift
+    if [[ $a == pm* ]] && [ ! -f "$PM_SO" ]; then printf ' n/a |'; return; fi
+    e=$(envof "$a") || { printf ' n/a |'; return; }
+    i1=$(count "$e" "$@" -n $N1)
+    i2=$(count "$e" "$@" -n $N2)
+    if [[ $i1 =~ ^[0-9]+$ ]] && [[ $i2 =~ ^[0-9]+$ ]]; then
+        awk -v a="$i1" -v b="$i2" -v n=$((N2 - N1)) 'BEGIN { printf " %.1f |", (b - a) / n }'
+    else
+        printf ' FAIL |'
+    fi
+}
+
 echo "# instructions per malloc+free pair ($METHOD; ($N2 - $N1) pairs differenced)"
 printf '| size |'; for a in $ALLOCS; do printf ' %s |' "$a"; done; echo
 printf '| ---: |'; for a in $ALLOCS; do printf ' ---: |'; done; echo
 for z in $SIZES; do
     printf '| %s |' "$z"
-    for a in $ALLOCS; do
-        if [[ $a == pm* ]] && [ ! -f "$PM_SO" ]; then printf ' n/a |'; continue; fi
-        e=$(envof "$a") || { printf ' n/a |'; continue; }
-        # shellcheck disable=SC2086
-        i1=$(count "$e" "$BIN/fastpath" -m pairs -z "$z" -n $N1)
-        # shellcheck disable=SC2086
-        i2=$(count "$e" "$BIN/fastpath" -m pairs -z "$z" -n $N2)
-        if [[ $i1 =~ ^[0-9]+$ ]] && [[ $i2 =~ ^[0-9]+$ ]]; then
-            awk -v a="$i1" -v b="$i2" -v n=$((N2 - N1)) 'BEGIN { printf " %.1f |", (b - a) / n }'
-        else
-            printf ' FAIL |'
-        fi
-    done
+    for a in $ALLOCS; do per_op "$a" "$BIN/fastpath" -m pairs -z "$z"; done
     echo
 done
+if [ -x "$BIN/churn" ]; then
+    printf '| churn -m bare, per step |'
+    for a in $ALLOCS; do per_op "$a" "$BIN/churn" -m bare; done
+    echo
+fi
