@@ -113,7 +113,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
              * and by then frees may have refilled the old spans.  Carving a
              * span to round such a refill up to a batch left one span too
              * many in a third of churn's classes (bench/threadchurn peak
-             * RSS -7 %).  Once this get has opened a fresh span (the class
+             * RSS -4 %).  Once this get has opened a fresh span (the class
              * is growing), it may open more. */
             if (k && !fresh) break;
             fresh = 1;

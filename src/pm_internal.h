@@ -222,7 +222,7 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     /* the common sizes first: one compare to their slot */
     size_t slot;
     if (PM_LIKELY(size <= 1024)) slot = (size + 15) >> 4;
-    else if (size <= PM_MAX_SMALL) slot = (size + 127 + (120 << 7)) >> 7;
+    else if (size <= PM_MAX_SMALL) slot = pm_class_slot(size);
     else return pm_alloc_slow(size);
     pm_tcache_t *t = &pm_tls;
     pm_tlist_t *l = &t->list[pm_class_index[slot]];
