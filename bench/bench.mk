@@ -6,7 +6,7 @@
 #   make bench-progs   only build the workloads
 #   make bench-targets the allocator core's targets (churn, two threads,
 #                      prodcons, peak RSS) against glibc, the peers and the
-#                      ceiling allocator: bench/targets.sh (~5 min)
+#                      ceiling allocator, checked and bare: bench/targets.sh (~10 min)
 # BENCH_ARGS passes options to bench/run.sh, e.g.
 #   make bench BENCH_ARGS="-w churn,prodcons -a glibc,pm -r 5"
 
