@@ -230,8 +230,14 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     int64_t left = t->countdown - (int64_t)size;
     if (PM_LIKELY(p != NULL && left >= 0)) {
         t->countdown = left;
-        l->head = *(void **)p;
+        void *next = *(void **)p;
+        l->head = next;
         l->len--;
+        /* The next block's line: after a refill from another thread's frees
+         * (producer/consumer) it sits in the other core's cache, and the
+         * miss overlaps the caller's work instead of the next malloc
+         * (bench/prodcons -7 %, larson -4 %; churn unchanged). */
+        __builtin_prefetch(next, 1);
         return p;
     }
     return pm_alloc_slow(size);
