@@ -304,7 +304,9 @@ static void test_pageheap_best_fit(void **state)
         if (!seen) model[nm].page = f->page, model[nm++].n = f->npages;
     }
     assert_int_equal(ph_stats().free, (uint64_t)(3 + 70 + 150 + 66 + 200 + 129) * PAGE);
-    static const size_t want[] = {2, 65, 68, 140, 1, 160, 129, 64, 3};
+    /* the last one fits no resident span: fresh memory, which may release
+     * resident ones, so nothing after it relies on the model */
+    static const size_t want[] = {2, 65, 68, 140, 1, 160, 129, 3, 64};
     pm_span_t *got[PM_ARRAY_LEN(want)];
     for (size_t i = 0; i < PM_ARRAY_LEN(want); i++) {
         int best = -1;
