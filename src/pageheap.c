@@ -163,7 +163,11 @@ static pm_span_t *best_fit_locked(size_t n)
         for (size_t w = n >> 6; n <= LISTS && w < PM_ARRAY_LEN(ph.nonempty[kind]); w++) {
             uint64_t bits = ph.nonempty[kind][w];
             if (w == n >> 6) bits &= ~(uint64_t)0 << (n & 63);
-            if (bits) return ph.lists[kind][w * 64 + (size_t)__builtin_ctzll(bits)];
+            if (bits) {
+                pm_span_t *s = ph.lists[kind][w * 64 + (size_t)__builtin_ctzll(bits)];
+                PM_CHECK(s != NULL, "page heap: free-list bitmap out of step");
+                return s;
+            }
         }
         pm_span_t *best = NULL;
         for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next)
