@@ -269,9 +269,8 @@ static void test_pageheap_reuse(void **state)
 /* Best fit among resident free spans: the shortest exact list at or above
  * the request (found through the lists' bitmap, across its three words:
  * lists 1-63, 64-127 and 128), then
- * the shortest long span.  The free spans are whatever ours became after
- * coalescing (neighbours are not under the test's control), so the test
- * keeps a model of them and checks each pick against it. */
+ * the shortest long span.  The test keeps a model of the free spans and
+ * checks each pick against it. */
 static void test_pageheap_best_fit(void **state)
 {
     (void)state;
@@ -279,39 +278,44 @@ static void test_pageheap_best_fit(void **state)
     enum { N = PM_ARRAY_LEN(len) };
     pm_span_t *sp[N], *sep[N];
     uintptr_t page[N];
-    pm_pageheap_release_all(); /* no other resident free span */
+    /* One resident free run, cut into span, separator, span, ...: with no
+     * other resident free span, each allocation takes the front of what is
+     * left of it, so the separators keep the freed spans apart. */
+    size_t total = 0;
+    for (int i = 0; i < N; i++) total += len[i] + 1;
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc(total);
+    assert_non_null(run);
+    uintptr_t next = run->page;
+    pm_pageheap_free(run);
     for (int i = 0; i < N; i++) {
         sp[i] = pm_pageheap_alloc(len[i]);
-        sep[i] = pm_pageheap_alloc(1); /* usually keeps the free spans apart */
+        sep[i] = pm_pageheap_alloc(1);
         assert_true(sp[i] && sep[i]);
+        assert_int_equal(sp[i]->page, next);
+        assert_int_equal(sep[i]->page, next + len[i]);
+        next += len[i] + 1;
         memset(page_ptr(sp[i]->page), 7, len[i] * PAGE);
         page[i] = sp[i]->page;
     }
     for (int i = 0; i < N; i++) pm_pageheap_free(sp[i]);
     struct { uintptr_t page; size_t n; } model[N];
-    int nm = 0;
-    for (int i = 0; i < N; i++) {
-        /* the free span holding page[i]: the page map knows a free span's
-         * first and last page, and page[i] may now be inside one */
-        pm_span_t *f = NULL;
-        for (uintptr_t p = page[i]; !f && p + 1024 > page[i]; p--) {
-            pm_span_t *c = pm_pagemap_span(p);
-            if (c && c->state == PM_SPAN_FREE && c->page <= page[i] && page[i] < c->page + c->npages)
-                f = c;
-        }
-        assert_non_null(f);
-        int seen = 0;
-        for (int k = 0; k < nm; k++) seen |= model[k].page == f->page;
-        if (!seen) model[nm].page = f->page, model[nm++].n = f->npages;
+    for (int i = 0; i < N; i++) { /* free, and apart: none coalesced */
+        pm_span_t *f = pm_pagemap_span(page[i]);
+        assert_int_equal(f->state, PM_SPAN_FREE);
+        assert_int_equal(f->page, page[i]);
+        assert_int_equal(f->npages, len[i]);
+        model[i].page = page[i];
+        model[i].n = len[i];
     }
-    assert_int_equal(ph_stats().free, (uint64_t)(3 + 70 + 150 + 66 + 200 + 129 + 128) * PAGE);
+    assert_int_equal(ph_stats().free, (uint64_t)(total - N) * PAGE);
     /* the last one fits no resident span: fresh memory, which may release
      * resident ones, so nothing after it relies on the model */
     static const size_t want[] = {2, 65, 68, 140, 1, 160, 129, 128, 3, 64};
     pm_span_t *got[PM_ARRAY_LEN(want)];
     for (size_t i = 0; i < PM_ARRAY_LEN(want); i++) {
         int best = -1;
-        for (int k = 0; k < nm; k++)
+        for (int k = 0; k < N; k++)
             if (model[k].n >= want[i] && (best < 0 || model[k].n < model[best].n)) best = k;
         got[i] = pm_pageheap_alloc(want[i]);
         assert_non_null(got[i]);
@@ -322,7 +326,7 @@ static void test_pageheap_best_fit(void **state)
         assert_int_equal(got[i]->zeroed, 0);
         /* the shortest fit; with several of that length, one of them */
         int ok = 0;
-        for (int k = 0; k < nm; k++)
+        for (int k = 0; k < N; k++)
             if (model[k].n == model[best].n && got[i]->page == model[k].page) ok = 1, best = k;
         assert_true(ok);
         model[best].page += want[i];
