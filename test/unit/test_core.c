@@ -336,6 +336,42 @@ static void test_pageheap_best_fit(void **state)
     for (int i = 0; i < N; i++) pm_pageheap_free(sep[i]);
 }
 
+/* Fresh pages about to be faulted in send resident free pages back to
+ * the OS, oldest first, but never below half the pages in use. */
+static void test_pageheap_growth_floor(void **state)
+{
+    (void)state;
+    enum { B = 500, USED = 2000, C = 600 };
+    pm_span_t *b[3], *sep[3];
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc(3 * (B + 1)); /* three spans kept apart */
+    assert_non_null(run);
+    pm_pageheap_free(run);
+    for (int i = 0; i < 3; i++) {
+        b[i] = pm_pageheap_alloc(B);
+        sep[i] = pm_pageheap_alloc(1);
+        assert_true(b[i] && sep[i]);
+        assert_int_equal(sep[i]->page, b[i]->page + B);
+    }
+    pm_span_t *used = pm_pageheap_alloc(USED);
+    assert_non_null(used);
+    for (int i = 0; i < 3; i++) pm_pageheap_free(b[i]);
+    pm_pageheap_stats_t st = ph_stats();
+    assert_int_equal(st.free, 3 * B * PAGE);
+    uint64_t in_use = st.in_use / PAGE + C;
+    assert_true(in_use / 2 > 2 * B && in_use / 4 < 2 * B); /* the floors differ here */
+    /* no free span holds C pages: fresh memory, and the oldest free span
+     * (B pages) goes back; a second would leave less than half of in_use */
+    pm_span_t *c = pm_pageheap_alloc(C);
+    assert_non_null(c);
+    assert_int_equal(c->zeroed, 1);
+    st = ph_stats();
+    assert_int_equal(st.free, 2 * B * PAGE);
+    pm_pageheap_free(c);
+    pm_pageheap_free(used);
+    for (int i = 0; i < 3; i++) pm_pageheap_free(sep[i]);
+}
+
 /* Three adjacent spans of N pages, or fails. Spans that were not adjacent
  * are freed again. */
 static void adjacent_three(size_t n, pm_span_t **a, pm_span_t **b, pm_span_t **c)
@@ -1798,6 +1834,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_alloc_basic),
         cmocka_unit_test(test_pageheap_reuse),
         cmocka_unit_test(test_pageheap_best_fit),
+        cmocka_unit_test(test_pageheap_growth_floor),
         cmocka_unit_test(test_pageheap_coalesce_same_state),
         cmocka_unit_test(test_pageheap_coalesce_three),
         cmocka_unit_test(test_pageheap_aligned),
