@@ -69,7 +69,7 @@ void pm_sizeclass_init(void);
 
 PM_INLINE size_t pm_class_slot(size_t size)
 {
-    return size <= 1024 ? (size + 15) >> 4 : (size + 127 + (120 << 7)) >> 7;
+    return PM_LIKELY(size <= 1024) ? (size + 15) >> 4 : (size + 127 + (120 << 7)) >> 7;
 }
 PM_INLINE unsigned pm_sizeclass_of(size_t size) /* size <= PM_MAX_SMALL */
 {
@@ -219,13 +219,10 @@ int pm_malloc_info(int options, struct _IO_FILE *fp);
 /* ---- the fast paths -------------------------------------------------- */
 PM_INLINE void *pm_malloc_inline(size_t size)
 {
-    /* the common sizes first: one compare to their slot */
-    size_t slot;
-    if (PM_LIKELY(size <= 1024)) slot = (size + 15) >> 4;
-    else if (size <= PM_MAX_SMALL) slot = pm_class_slot(size);
-    else return pm_alloc_slow(size);
+    /* sizes up to 1 KiB take one compare to their class */
+    if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
     pm_tcache_t *t = &pm_tls;
-    pm_tlist_t *l = &t->list[pm_class_index[slot]];
+    pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
     void *p = l->head;
     int64_t left = t->countdown - (int64_t)size;
     if (PM_LIKELY(p != NULL && left >= 0)) {
