@@ -38,11 +38,20 @@ typedef struct {
     double t_start, t_end;   /* this thread's timed region */
 } arg_t;
 
-/* The bare loop: malloc and free only. */
-static void churn_bare(rng_t *r, long steps, long live)
+/* The checked loop: every block written at malloc and checked at free. */
+static void churn_checked(rng_t *r, slot_t *slot, long steps, long live)
 {
-    void **blk = xmalloc((size_t)live * sizeof *blk);
-    for (long i = 0; i < live; i++) blk[i] = xmalloc(rng_range(r, MIN_SZ, MAX_SZ));
+    for (long i = 0; i < steps; i++) {
+        uint32_t k = rng_below(r, (uint32_t)live);
+        slot_free(slot[k], MIN_SZ, MAX_SZ);
+        slot[k] = slot_new(r, MIN_SZ, MAX_SZ);
+    }
+    slots_free(slot, live, MIN_SZ, MAX_SZ);
+}
+
+/* The bare loop: malloc and free only. */
+static void churn_bare(rng_t *r, void **blk, long steps, long live)
+{
     for (long i = 0; i < steps; i++) {
         uint32_t k = rng_below(r, (uint32_t)live);
         free(blk[k]);
@@ -52,27 +61,24 @@ static void churn_bare(rng_t *r, long steps, long live)
     free(blk);
 }
 
+/* Set-up before the barrier; the loop and the final frees are timed. */
 static void *worker(void *vp)
 {
     arg_t *a = vp;
     rng_t r;
     rng_seed(&r, a->seed);
+    slot_t *slot = NULL;
+    void **blk = NULL;
     if (a->bare) {
-        pthread_barrier_wait(a->start);
-        a->t_start = now_sec();
-        churn_bare(&r, a->steps, a->live);
-        a->t_end = now_sec();
-        return NULL;
+        blk = xmalloc((size_t)a->live * sizeof *blk);
+        for (long i = 0; i < a->live; i++) blk[i] = xmalloc(rng_range(&r, MIN_SZ, MAX_SZ));
+    } else {
+        slot = slots_new(&r, a->live, MIN_SZ, MAX_SZ);
     }
-    slot_t *slot = slots_new(&r, a->live, MIN_SZ, MAX_SZ);
     pthread_barrier_wait(a->start);
     a->t_start = now_sec();
-    for (long i = 0; i < a->steps; i++) {
-        uint32_t k = rng_below(&r, (uint32_t)a->live);
-        slot_free(slot[k], MIN_SZ, MAX_SZ);
-        slot[k] = slot_new(&r, MIN_SZ, MAX_SZ);
-    }
-    slots_free(slot, a->live, MIN_SZ, MAX_SZ);
+    if (a->bare) churn_bare(&r, blk, a->steps, a->live);
+    else churn_checked(&r, slot, a->steps, a->live);
     a->t_end = now_sec();
     return NULL;
 }

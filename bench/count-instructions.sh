@@ -34,8 +34,7 @@ while getopts "b:p:a:z:m:h" o; do
 done
 [ -x "$BIN/fastpath" ] || { echo "count-instructions: $BIN/fastpath not built (make bench-progs)" >&2; exit 1; }
 pm_abs=$(cd "$(dirname "$PM_SO")" && pwd)/$(basename "$PM_SO")
-ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-lib() { /sbin/ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { print $NF; exit }' | grep . || ls "/usr/lib/$ma/$1" 2>/dev/null; }
+. bench/find-lib.sh
 
 if [ -z "$METHOD" ]; then
     if command -v perf >/dev/null && perf stat -x, -e instructions:u true 2>&1 | grep -q '^[0-9]'; then
@@ -69,9 +68,9 @@ envof() { # allocator -> env assignments
     pm) echo "-u PROFMALLOC_SAMPLE_RATE LD_PRELOAD=$pm_abs" ;;
     pm-64k) echo "LD_PRELOAD=$pm_abs PROFMALLOC_SAMPLE_RATE=65536" ;;
     pm-*) echo "LD_PRELOAD=$pm_abs PROFMALLOC_SAMPLE_RATE=${1#pm-}" ;;
-    jemalloc) l=$(lib libjemalloc.so.2) && echo "LD_PRELOAD=$l" ;;
-    tcmalloc) l=$(lib libtcmalloc_minimal.so.4) && echo "LD_PRELOAD=$l" ;;
-    mimalloc) l=$(lib libmimalloc.so.2) && echo "LD_PRELOAD=$l" ;;
+    jemalloc) l=$(find_lib libjemalloc.so.2) && echo "LD_PRELOAD=$l" ;;
+    tcmalloc) l=$(find_lib libtcmalloc_minimal.so.4) && echo "LD_PRELOAD=$l" ;;
+    mimalloc) l=$(find_lib libmimalloc.so.2) && echo "LD_PRELOAD=$l" ;;
     *) return 1 ;;
     esac
 }
