@@ -8,9 +8,9 @@
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
  * walked back into their spans and carved out again (bench/threadchurn:
- * 39 M -> 28 M instructions).  What the slots
- * cannot hold goes back into its span, found through the page map; a span
- * whose objects have all come back returns to the page heap.
+ * 39 M -> 28 M instructions).  What the slots cannot hold goes back into
+ * its span, found through the page map; a span whose objects have all come
+ * back returns to the page heap.
  * Lock: one per class (pm_central[c].lock).  Must never call the page heap
  * (which may make syscalls) while holding it: new spans are fetched and
  * empty spans returned after the lock is dropped. */
