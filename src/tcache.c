@@ -72,17 +72,27 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     pthread_setspecific(exit_key, t);
 }
 
-/* Cuts the first n objects off list l and returns them as a chain. */
+/* Cuts n (> 0) objects off list l and returns them as a NULL-terminated
+ * chain, walking whichever part of the list is shorter. */
 static void *cut(pm_tlist_t *l, uint32_t n)
 {
-    void *chain = l->head, **tail = &l->head, *p = l->head;
-    for (uint32_t i = 0; i < n; i++) {
-        tail = (void **)p;
-        p = *tail;
+    void **tail = &l->head, *chain;
+    uint32_t keep = l->len - n;
+    if (keep < n) {
+        /* Release the list's oldest n objects, walking only past the keep
+         * newest: a thread that only frees (a consumer) overflows a list
+         * of batch + 1 objects, so this is O(1) there, and the objects it
+         * keeps are the ones still warm in its cache. */
+        for (uint32_t i = 0; i < keep; i++) tail = (void **)*tail;
+        chain = *tail;
+    } else {
+        /* the n newest: a walk past them */
+        chain = l->head;
+        for (uint32_t i = 0; i < n; i++) tail = (void **)*tail;
+        l->head = *tail;
     }
-    l->head = p;
     *tail = NULL;
-    l->len -= n;
+    l->len = keep;
     return chain;
 }
 

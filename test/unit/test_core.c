@@ -1090,6 +1090,59 @@ static void test_tcache_len_within_max_len(void **state)
     assert_int_equal(r.bad_list, 0);
 }
 
+/* A thread that only frees (a consumer): each overflow sends the list's
+ * oldest batch to the central list and keeps the newest frees, so after
+ * every free the list is exactly the last `len` blocks freed, newest
+ * first, NULL-terminated.  (Releasing the newest batch instead keeps a
+ * cold object and walks the whole batch; a cut that miscounts breaks the
+ * length or the termination.) */
+enum { CONSUMER_N = 1000 };
+typedef struct {
+    void **blocks;
+    unsigned bad_at, overflows;
+    uint32_t bad_len, bad_walk;
+} consumer_t;
+
+static void *consumer_thread(void *arg)
+{
+    consumer_t *r = arg;
+    unsigned cls = pm_sizeclass_of(64);
+    for (unsigned i = 0; i < CONSUMER_N && !r->bad_at; i++) {
+        uint32_t before = pm_tls.list[cls].len;
+        pm_free(r->blocks[i]);
+        pm_tlist_t *l = &pm_tls.list[cls];
+        if (l->len < before) r->overflows++;
+        uint32_t walked = 0;
+        int ok = 1;
+        for (void *p = l->head; p && walked <= l->len; p = *(void **)p, walked++)
+            if (walked > i || p != r->blocks[i - walked]) ok = 0;
+        if (!ok || walked != l->len) {
+            r->bad_at = i + 1;
+            r->bad_len = l->len;
+            r->bad_walk = walked;
+        }
+    }
+    return NULL;
+}
+
+static void test_tcache_consumer_keeps_newest(void **state)
+{
+    (void)state;
+    consumer_t r = {0};
+    r.blocks = calloc(CONSUMER_N, sizeof *r.blocks);
+    assert_non_null(r.blocks);
+    for (unsigned i = 0; i < CONSUMER_N; i++) assert_non_null(r.blocks[i] = pm_malloc(64));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, consumer_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.bad_at)
+        fail_msg("after free #%u the list has len %u but walks %u objects, or not the newest frees",
+                 r.bad_at, r.bad_len, r.bad_walk);
+    /* the list overflowed many times: the check above covered the cut */
+    assert_true(r.overflows + 1 >= (unsigned)(CONSUMER_N / pm_class_batch[pm_sizeclass_of(64)]));
+    free(r.blocks);
+}
+
 typedef struct {
     uint64_t threads_in, cache_in, own;
 } exit_t;
@@ -1849,6 +1902,7 @@ int main(void)
     const struct CMUnitTest tcache[] = {
         cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
         cmocka_unit_test(test_tcache_len_within_max_len),
+        cmocka_unit_test(test_tcache_consumer_keeps_newest),
         cmocka_unit_test(test_tcache_exit_flushes),
         cmocka_unit_test(test_tcache_dead_thread),
         cmocka_unit_test(test_tcache_budget_invariant),
