@@ -1330,6 +1330,44 @@ static void test_tcache_budget_invariant(void **state)
     check_tcache_invariants(&pm_tls, "main thread");
 }
 
+/* One thread's cache never holds more than 1 MiB (tcache.c MAX_BUDGET),
+ * however much the global pool has left: a thread that cycles through
+ * blocks of 8..64 KiB grows its lists up to that cap and no further. */
+typedef struct {
+    size_t budget_max, capacity_max;
+    uint32_t over_budget;
+} cap_t;
+
+static void *cap_thread(void *arg)
+{
+    cap_t *r = arg;
+    enum { N = 48 };
+    void *b[N];
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) assert_non_null(b[i] = pm_malloc((size_t)8192 << (i % 4)));
+        for (int i = 0; i < N; i++) pm_free(b[i]);
+        size_t budget = atomic_load(&pm_tls.budget);
+        if (budget > r->budget_max) r->budget_max = budget;
+        if (pm_tls.capacity > r->capacity_max) r->capacity_max = pm_tls.capacity;
+        if (pm_tls.capacity > budget) r->over_budget++;
+    }
+    return NULL;
+}
+
+static void test_tcache_thread_cap(void **state)
+{
+    (void)state;
+    cap_t r = {0};
+    assert_true(pm_options.tcache_bytes > ((size_t)4 << 20)); /* the pool is not the limit */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cap_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.over_budget, 0);
+    assert_true(r.budget_max <= ((size_t)1 << 20));
+    /* the lists did grow to the cap: 1.5 MB of blocks cycle through them */
+    assert_true(r.capacity_max > ((size_t)1 << 20) / 2);
+}
+
 /* ---- the malloc family -------------------------------------------------- */
 
 static void test_alloc_malloc_free_usable(void **state)
@@ -1906,6 +1944,7 @@ int main(void)
         cmocka_unit_test(test_tcache_exit_flushes),
         cmocka_unit_test(test_tcache_dead_thread),
         cmocka_unit_test(test_tcache_budget_invariant),
+        cmocka_unit_test(test_tcache_thread_cap),
     };
     const struct CMUnitTest alloc[] = {
         cmocka_unit_test(test_alloc_malloc_free_usable),
