@@ -22,7 +22,14 @@ TARGETS_ARGS ?=
 .PHONY: bench-run bench-quick bench-progs bench-targets
 BENCH_TARGETS += bench-run
 
-bench-progs: $(BENCH_EXES) $(BENCH_CEILING)
+# pythreads is a Python script (bench/pythreads.py), installed executable
+BENCH_PY := $(BENCH_BIN)/pythreads
+
+bench-progs: $(BENCH_EXES) $(BENCH_PY) $(BENCH_CEILING)
+
+$(BENCH_PY): bench/pythreads.py
+	@mkdir -p $(BENCH_BIN)
+	install -m 755 $< $@
 
 # the do-nothing yardstick (see its header); the flags keep gcc from turning
 # calloc's zeroing loop back into a call to calloc
@@ -38,8 +45,8 @@ $(BENCH_EXES): $(BENCH_BIN)/%: bench/%.c bench/bench_common.h
 	@mkdir -p $(BENCH_BIN)
 	$(CC) $(BENCH_CFLAGS) -o $@ $< -lm
 
-bench-run: $(PM_SO) $(BENCH_EXES)
+bench-run: $(PM_SO) $(BENCH_EXES) $(BENCH_PY)
 	bash bench/run.sh -b $(BENCH_BIN) -p $(PM_SO) $(BENCH_ARGS)
 
-bench-quick: $(PM_SO) $(BENCH_EXES)
+bench-quick: $(PM_SO) $(BENCH_EXES) $(BENCH_PY)
 	bash bench/run.sh -q -b $(BENCH_BIN) -p $(PM_SO) -o $(BUILD)/bench-quick $(BENCH_ARGS)

@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            large frag replay
+#            large frag replay pythreads
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -30,7 +30,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc large frag replay"
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc large frag replay pythreads"
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
@@ -164,6 +164,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     replay:full)       echo "replay -n 20 $tmp/trace" ;;
     replay:small)      echo "replay -n 2 $tmp/trace" ;;
     replay:quick)      echo "replay -n 1 -l 100000 $tmp/trace" ;;
+    pythreads:full)    echo "pythreads -t $THREADS" ;;
+    pythreads:small)   echo "pythreads -t $THREADS -n 1500" ;;
+    pythreads:quick)   echo "pythreads -t $THREADS -n 300" ;;
     esac
 }
 
@@ -172,6 +175,10 @@ for w in $WORKLOADS; do
     b=${w%-mt}
     if [ ! -x "$BIN/$b" ]; then
         note "skipped workload $w: $BIN/$b not built (run make bench)"
+        continue
+    fi
+    if [ $w = pythreads ] && ! command -v python3 >/dev/null 2>&1; then
+        note "skipped workload pythreads: no python3"
         continue
     fi
     if [ $w = replay ]; then
@@ -316,7 +323,9 @@ md="$OUT/benchmarks.md"
     echo
     for w in "${SEL_W[@]}"; do
         b=${w%-mt}
-        desc=$(awk 'NR==1 { sub(/^\/\* [a-z]+ — /, ""); sub(/\.$/, ""); print; exit }' "bench/$b.c")
+        src=bench/$b.c
+        [ -f "$src" ] || src=bench/$b.py
+        desc=$(awk 'NR<=2 && sub(/^(\/\*|""")[ ]*[a-z]+ — /, "") { sub(/\.$/, ""); print; exit }' "$src")
         [ $w = churn-mt ] && desc="churn with $THREADS threads, each an independent churn of the same size (scaling check)"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"
@@ -324,7 +333,7 @@ md="$OUT/benchmarks.md"
     done
     [[ " ${SEL_W[*]} " == *" replay "* ]] && echo "  TRACE = bench/traces/gxx-cc1plus.trace.gz, decompressed."
     echo
-    echo "Each workload's header comment (bench/*.c) says what it stresses and why."
+    echo "Each workload's header comment (bench/*.c, bench/pythreads.py) says what it stresses and why."
     echo "Instruction counts per malloc+free pair (repeatable where wall time is not):"
     echo "\`bench/count-instructions.sh\`."
 } >"$md.tmp" && mv "$md.tmp" "$md"
