@@ -179,6 +179,7 @@ void pm_heapprof_unlock_all(int child);
 
 /* ---- alloc.c: the malloc family, fast paths inline below ------------- */
 void *pm_alloc_slow(size_t size);
+void *pm_alloc_slow_charged(size_t size); /* size <= PM_MAX_SMALL, countdown charged */
 void pm_free_slow(void *p);
 void *pm_malloc(size_t size);
 void pm_free(void *p);
@@ -224,9 +225,9 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     pm_tcache_t *t = &pm_tls;
     pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
     void *p = l->head;
-    int64_t left = t->countdown - (int64_t)size;
-    if (PM_LIKELY(p != NULL && left >= 0)) {
-        t->countdown = left;
+    /* charged first, in one read-modify-write: the slow path knows */
+    t->countdown -= (int64_t)size;
+    if (PM_LIKELY(p != NULL && t->countdown >= 0)) {
         void *next = *(void **)p;
         l->head = next;
         l->len--;
@@ -237,7 +238,7 @@ PM_INLINE void *pm_malloc_inline(size_t size)
         __builtin_prefetch(next, 1);
         return p;
     }
-    return pm_alloc_slow(size);
+    return pm_alloc_slow_charged(size);
 }
 
 PM_INLINE void pm_free_inline(void *p)

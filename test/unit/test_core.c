@@ -1368,6 +1368,60 @@ static void test_tcache_thread_cap(void **state)
     assert_true(r.capacity_max > ((size_t)1 << 20) / 2);
 }
 
+/* The sampling countdown is charged exactly once per allocation: malloc's
+ * fast path takes the size off before it looks at its list, so the slow
+ * path it falls into on an empty list must not charge again, while the
+ * large path (which the fast path does not charge) must.  Rate 0 here: the
+ * countdown only ever decreases. */
+typedef struct {
+    int64_t fresh_slow, fast, large, calloc_small;
+    uint32_t len_before_fast, len_after_fast;
+} charge_t;
+
+static void *charge_thread(void *arg)
+{
+    charge_t *r = arg;
+    void *p0 = pm_malloc(64); /* sets the thread up */
+    unsigned cls = pm_sizeclass_of(4000);
+    assert_null(pm_tls.list[cls].head);
+    int64_t c0 = pm_tls.countdown;
+    void *p1 = pm_malloc(4000); /* empty list: the slow path */
+    int64_t c1 = pm_tls.countdown;
+    r->len_before_fast = pm_tls.list[cls].len;
+    void *p2 = pm_malloc(4000); /* the fast path */
+    r->len_after_fast = pm_tls.list[cls].len;
+    int64_t c2 = pm_tls.countdown;
+    void *p3 = pm_malloc(300000);
+    int64_t c3 = pm_tls.countdown;
+    void *p4 = pm_calloc(1, 100);
+    int64_t c4 = pm_tls.countdown;
+    r->fresh_slow = c0 - c1;
+    r->fast = c1 - c2;
+    r->large = c2 - c3;
+    r->calloc_small = c3 - c4;
+    pm_free(p0);
+    pm_free(p1);
+    pm_free(p2);
+    pm_free(p3);
+    pm_free(p4);
+    return NULL;
+}
+
+static void test_alloc_countdown_charged_once(void **state)
+{
+    (void)state;
+    charge_t r = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, charge_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(r.len_before_fast >= 1);
+    assert_int_equal(r.len_after_fast, r.len_before_fast - 1);
+    assert_int_equal(r.fresh_slow, 4000);
+    assert_int_equal(r.fast, 4000);
+    assert_int_equal(r.large, 300000);
+    assert_int_equal(r.calloc_small, 100);
+}
+
 /* ---- the malloc family -------------------------------------------------- */
 
 static void test_alloc_malloc_free_usable(void **state)
@@ -1945,6 +1999,7 @@ int main(void)
         cmocka_unit_test(test_tcache_dead_thread),
         cmocka_unit_test(test_tcache_budget_invariant),
         cmocka_unit_test(test_tcache_thread_cap),
+        cmocka_unit_test(test_alloc_countdown_charged_once),
     };
     const struct CMUnitTest alloc[] = {
         cmocka_unit_test(test_alloc_malloc_free_usable),
