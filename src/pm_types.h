@@ -50,9 +50,10 @@ typedef struct pm_span {
  * Invariants (touched only by the owning thread, except `budget`):
  *   len == length of the list at head;  len <= max_len, except while a
  *   free is deciding what to do with an overflow
- *   capacity == Σ max_len[c] * class_size[c] <= budget, except for the
- *   moments between another thread lowering `budget` and this thread's
- *   next slow path, which shrinks the lists to fit.
+ *   capacity == Σ max_len[c] * class_size[c] <= budget.  Another thread
+ *   lowers `budget` only by what capacity leaves unused; a growth of the
+ *   lists racing with that can overshoot by one step, which this thread's
+ *   next slow path shrinks away.
  * A new thread's cache is all zero: empty lists with max_len 0 and a zero
  * countdown, so its first malloc and first free both miss into the slow
  * path, which sets the thread up (the "empty sentinel").  */
@@ -70,7 +71,7 @@ typedef struct pm_tcache {
     /* slow-path state */
     uint16_t overflows[PM_CLASS_MAX];
     uint8_t active[PM_CLASS_MAX];     /* refilled or overflowed since the last scavenge */
-    size_t capacity;
+    _Atomic size_t capacity;        /* the owner writes it; thieves read it (tcache.c) */
     _Atomic size_t budget;
     uint64_t rng;                   /* sampler state */
     uint64_t sample_rate;           /* rate the countdown was drawn with */

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1368,6 +1369,66 @@ static void test_tcache_thread_cap(void **state)
     assert_true(r.capacity_max > ((size_t)1 << 20) / 2);
 }
 
+/* The global pool bounds the caches of threads that sleep, too: each of
+ * SLEEPERS threads in turn grows its cache as far as it can, then sleeps
+ * (as a Python thread waiting for the GIL does).  Once the pool is spent, a
+ * thread may take only budget that another's lists leave unused, so the
+ * caches together stay within PROFMALLOC_TCACHE_BYTES plus the 64 KiB floor
+ * each thread is granted when the pool is empty.  Taking used budget (the
+ * victim shrinking at a slow path it never reaches while asleep) let them
+ * reach SLEEPERS x 1 MiB. */
+enum { SLEEPERS = 48 };
+typedef struct {
+    sem_t grown, wake;
+    size_t capacity;
+} sleeper_t;
+
+static void *sleeper_thread(void *arg)
+{
+    sleeper_t *r = arg;
+    enum { N = 48 };
+    void *b[N];
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) assert_non_null(b[i] = pm_malloc((size_t)8192 << (i % 4)));
+        for (int i = 0; i < N; i++) pm_free(b[i]);
+    }
+    r->capacity = pm_tls.capacity;
+    sem_post(&r->grown);
+    sem_wait(&r->wake);
+    return NULL;
+}
+
+static void test_tcache_pool_bounds_sleepers(void **state)
+{
+    (void)state;
+    sleeper_t *r = calloc(SLEEPERS, sizeof *r);
+    pthread_t th[SLEEPERS];
+    assert_non_null(r);
+    size_t total = 0, max = 0;
+    for (int i = 0; i < SLEEPERS; i++) {
+        sem_init(&r[i].grown, 0, 0);
+        sem_init(&r[i].wake, 0, 0);
+        assert_int_equal(pthread_create(&th[i], NULL, sleeper_thread, &r[i]), 0);
+        while (sem_wait(&r[i].grown) != 0) {
+        }
+        total += r[i].capacity;
+        if (r[i].capacity > max) max = r[i].capacity;
+    }
+    for (int i = 0; i < SLEEPERS; i++) sem_post(&r[i].wake);
+    for (int i = 0; i < SLEEPERS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < SLEEPERS; i++) {
+        sem_destroy(&r[i].grown);
+        sem_destroy(&r[i].wake);
+    }
+    free(r);
+    /* the first threads reached the per-thread cap, so the pool was spent */
+    assert_true(max > ((size_t)1 << 20) / 2);
+    assert_true((size_t)SLEEPERS * max > pm_options.tcache_bytes);
+    if (total > pm_options.tcache_bytes + (size_t)SLEEPERS * 64 * 1024)
+        fail_msg("%d sleeping threads cache %zu bytes, over the pool of %zu", SLEEPERS, total,
+                 (size_t)pm_options.tcache_bytes);
+}
+
 /* The sampling countdown is charged exactly once per allocation: malloc's
  * fast path takes the size off before it looks at its list, so the slow
  * path it falls into on an empty list must not charge again, while the
@@ -1999,6 +2060,7 @@ int main(void)
         cmocka_unit_test(test_tcache_dead_thread),
         cmocka_unit_test(test_tcache_budget_invariant),
         cmocka_unit_test(test_tcache_thread_cap),
+        cmocka_unit_test(test_tcache_pool_bounds_sleepers),
         cmocka_unit_test(test_alloc_countdown_charged_once),
     };
     const struct CMUnitTest alloc[] = {
