@@ -42,19 +42,6 @@ static int sample_tick(pm_tcache_t *t, size_t size)
     return rate != 0 && t->state == PM_THREAD_ACTIVE;
 }
 
-/* The same for an allocation the fast path has charged already (it takes
- * `size` off the countdown before it looks at its list). */
-static int sample_charged(pm_tcache_t *t)
-{
-    uint64_t rate = pm_sampler_rate();
-    if (PM_UNLIKELY(t->sample_rate != rate)) {
-        t->sample_rate = rate;
-        t->countdown = pm_sampler_next(&t->rng, rate);
-    }
-    if (PM_LIKELY(t->countdown >= 0)) return 0;
-    t->countdown = pm_sampler_next(&t->rng, rate);
-    return rate != 0 && t->state == PM_THREAD_ACTIVE;
-}
 
 /* ---- large blocks: whole spans of pages ------------------------------ */
 
@@ -150,12 +137,10 @@ void *pm_alloc_slow(size_t size) { return alloc_any(size, 1, 0); }
 
 void *pm_alloc_slow_charged(size_t size)
 {
-    /* a small size (the fast path's only callers), countdown charged */
-    pm_tcache_t *t = thread_cache();
-    int sampled = sample_charged(t);
-    void *p = alloc_small(t, pm_sizeclass_of(size));
-    if (sampled && p) pm_alloc_sampled(t, p, size);
-    return p;
+    /* malloc's fast path took size off the countdown before it found its
+     * list empty (or the countdown spent): give it back, then charge once */
+    pm_tls.countdown += (int64_t)size;
+    return pm_alloc_slow(size);
 }
 
 void *pm_malloc(size_t size) { return pm_malloc_inline(size); }

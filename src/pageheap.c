@@ -41,14 +41,14 @@ static struct {
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
 static inline void *addr_of(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
 
-static pm_span_t **list_for(int kind, size_t npages)
-{
-    return &ph.lists[kind][npages <= LISTS ? npages : 0];
-}
+/* Exact lists 1..LISTS, and list 0 for every longer span. */
+static inline size_t list_index(size_t npages) { return npages <= LISTS ? npages : 0; }
+
+static pm_span_t **list_for(int kind, size_t npages) { return &ph.lists[kind][list_index(npages)]; }
 
 static inline void mark_list(int kind, size_t npages, int on)
 {
-    size_t i = npages <= LISTS ? npages : 0;
+    size_t i = list_index(npages);
     uint64_t bit = (uint64_t)1 << (i & 63);
     if (on) ph.nonempty[kind][i >> 6] |= bit;
     else ph.nonempty[kind][i >> 6] &= ~bit;
