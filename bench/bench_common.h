@@ -212,6 +212,15 @@ __attribute__((unused)) static void parse_opts(int argc, char **argv, bench_opts
     }
 }
 
+/* -m bare (churn, prodcons): 1 for bare, 0 for the default checked mode;
+ * any other mode is an error. */
+__attribute__((unused)) static int bare_mode(const bench_opts_t *o)
+{
+    if (!o->mode) return 0;
+    if (strcmp(o->mode, "bare") != 0) die("unknown mode %s (the only mode is bare)", o->mode);
+    return 1;
+}
+
 /* Print the result line: "workload=NAME threads=.. ops=.. seconds=.. ns_per_op=..
  * peak_rss_kb=.. <extra>". */
 __attribute__((unused)) static void report(const char *name, int threads, double ops, double secs, const char *extra)

@@ -87,8 +87,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 20000000, .seed = 1, .live = 4000, .batch = 1};
     parse_opts(argc, argv, &o, "[-t threads] [-n steps_per_thread] [-l live] [-s seed] [-m bare]");
-    int bare = o.mode && strcmp(o.mode, "bare") == 0;
-    if (o.mode && !bare) die("unknown mode %s (the only mode is bare)", o.mode);
+    int bare = bare_mode(&o);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)o.threads + 1);
     pthread_t *tid = xmalloc(sizeof *tid * (size_t)o.threads);

@@ -95,8 +95,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 5000000, .seed = 1, .live = 1, .batch = 256};
     parse_opts(argc, argv, &o, "[-t pairs] [-n blocks_per_producer] [-b batch] [-s seed] [-m bare]");
-    int bare = o.mode && strcmp(o.mode, "bare") == 0;
-    if (o.mode && !bare) die("unknown mode %s (the only mode is bare)", o.mode);
+    int bare = bare_mode(&o);
     int np = o.threads;
     pair_t *q = aligned_alloc(64, sizeof *q * (size_t)np);
     if (!q) die("aligned_alloc returned NULL");
