@@ -1,10 +1,10 @@
 /* central.c — one free list per size class, shared by all threads.
  * Objects move to and from thread caches in chains of up to a batch, which
- * park in `slots` (a transfer cache: full batches up to 64 KiB per class,
- * at least one; short chains while the class's parked objects stay within
- * 64 KiB): a put pushes its chain, or joins a short one to the newest slot
- * while that stays within a batch; a get of n takes the newest slots whole
- * while they fit and the first objects of the next.  So a batch moves
+ * park in `slots` (a transfer cache: at most 64 KiB per class of up to
+ * 1 KiB, 16 KiB per larger class): a put pushes its chain, or joins a
+ * short one to the newest slot while that stays within a batch; a get of
+ * n takes the newest slots whole while they fit and the first objects of
+ * the next.  So a batch moves
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
  * walked back into their spans and carved out again (bench/threadchurn:
@@ -18,9 +18,17 @@
 
 pm_central_t pm_central[PM_CLASS_MAX];
 
-/* What the slots of one class may hold: max_slots full batches of this
- * much (at least one batch), or short chains up to this much. */
-#define PM_PARK_BYTES ((size_t)64 * 1024)
+/* What the slots of one class may hold, full batches and short chains
+ * alike.  Parked objects are memory no other class can use.  A class of
+ * up to 1 KiB parks up to 64 KiB: several batches, which is what lets
+ * batches move between threads in O(1) (bench/prodcons, larson).  A
+ * larger class parks up to 16 KiB, so its batches (up to 64 KiB, and one
+ * always parked) go back to their spans: with 64 KiB for every class,
+ * `git log -p` peaked at 7.8 MB (glibc 5.3 MB), a few objects parked in
+ * each of ~60 classes above 1 KiB; with 16 KiB, 6.7 MB. */
+#define PM_PARK_SMALL ((size_t)64 * 1024)
+#define PM_PARK_LARGE ((size_t)16 * 1024)
+#define PM_PARK_SMALL_MAX 1024 /* largest class with PM_PARK_SMALL */
 
 static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
 
@@ -52,8 +60,9 @@ static void lock_central(pm_central_t *c, unsigned cls)
     pm_lock(&c->lock);
     if (PM_LIKELY(c->nonempty.next != NULL)) return;
     c->nonempty.next = c->nonempty.prev = &c->nonempty;
-    size_t batch_bytes = (size_t)pm_class_batch[cls] * pm_class_size[cls];
-    size_t slots = PM_PARK_BYTES / batch_bytes;
+    size_t size = pm_class_size[cls];
+    c->park_max = (uint32_t)((size <= PM_PARK_SMALL_MAX ? PM_PARK_SMALL : PM_PARK_LARGE) / size);
+    size_t slots = c->park_max / pm_class_batch[cls];
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
@@ -195,10 +204,10 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     }
     lock_central(c, cls);
     c->out -= n;
-    /* a full batch parks while a slot is free; a short chain only while the
-     * class's parked objects stay within PM_PARK_BYTES (a dead thread's one
-     * 200 KiB block should go back to the page heap, not wait in a slot) */
-    int fits = n == batch || (last && (c->parked + n) * pm_class_size[cls] <= PM_PARK_BYTES);
+    /* a chain of up to a batch parks while the class's parked objects stay
+     * within park_max (a dead thread's one 200 KiB block goes back to the
+     * page heap, not into a slot) */
+    int fits = n <= batch && c->parked + n <= c->park_max;
     uint32_t top = c->nslots - 1;
     if (fits && last && c->nslots && c->slot_n[top] + n <= batch) {
         *last = c->slots[top]; /* joins the newest slot */

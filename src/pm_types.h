@@ -87,6 +87,7 @@ typedef struct pm_tcache {
  *          yet returned
  *   Σ over spans of class: allocated == out + parked
  *   parked == Σ slot_n[0..nslots), every slot_n in 1..batch
+ *   parked <= park_max, nslots <= max_slots
  *   nonempty holds exactly the class's spans with a free or uncarved object
  * A class's struct is set up at its first use (nonempty.next == NULL until
  * then), so classes a program never uses cost no resident memory. */
@@ -96,6 +97,7 @@ typedef struct pm_central {
     pm_lock_t lock;
     pm_span_t nonempty;          /* sentinel of a circular list */
     uint32_t nslots, max_slots;
+    uint32_t park_max;           /* objects the slots may hold (central.c) */
     void *slots[PM_MAX_SLOTS];   /* parked chains (a stack), slot_n[i] objects each */
     uint8_t slot_n[PM_MAX_SLOTS];
     uint64_t parked;             /* objects in the slots */

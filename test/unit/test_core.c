@@ -536,7 +536,7 @@ static void test_pageheap_release_all(void **state)
 }
 
 /* ======================================================================
- * central.c  (classes no other test uses: 208 B and 3328 B)
+ * central.c  (classes no other test uses: 176, 208, 896, 1024, 1152, 1536 B)
  * ==================================================================== */
 
 static unsigned class_of_size(size_t size)
@@ -744,7 +744,7 @@ static void test_central_get_put(void **state)
 static void test_central_transfer_slots(void **state)
 {
     (void)state;
-    unsigned cls = class_of_size(3328);
+    unsigned cls = class_of_size(896);
     pm_central_t *c = &pm_central[cls];
     uint32_t batch = pm_class_batch[cls];
     assert_int_equal(c->nslots, 0);
@@ -797,8 +797,8 @@ static void test_central_transfer_slots(void **state)
     assert_int_equal(c->nslots, c->max_slots);
     assert_int_equal(c->slot_n[c->nslots - 1], batch - 2);
     assert_int_equal(c->parked, (uint64_t)c->max_slots * batch - 2);
-    /* a get of more than it holds takes the whole slot */
-    void *rest = pm_central_get(cls, batch, &got);
+    /* a get of what it holds takes the whole slot */
+    void *rest = pm_central_get(cls, batch - 2, &got);
     assert_int_equal(got, batch - 2);
     assert_int_equal(chain_len(rest), batch - 2);
     assert_int_equal(c->nslots, c->max_slots - 1);
@@ -950,9 +950,9 @@ static void test_central_partial_slots(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
     free(full);
 
-    /* a class whose single object exceeds the cap: short chains skip the
-     * slots (the span goes straight back to the page heap), full batches
-     * still park */
+    /* a class whose single object exceeds its cap: neither a short chain
+     * nor a full batch parks (each span goes straight back to the page
+     * heap) */
     unsigned big = class_of_size(96 * 1024);
     pm_central_t *cb = &pm_central[big];
     assert_true(pm_class_size[big] > 64 * 1024);
@@ -965,11 +965,60 @@ static void test_central_partial_slots(void **state)
     void *two = pm_central_get(big, pm_class_batch[big], &got);
     assert_int_equal(got, pm_class_batch[big]);
     pm_central_put(big, two, pm_class_batch[big]);
-    assert_int_equal(cb->nslots, 1);
-    assert_int_equal(cb->parked, pm_class_batch[big]);
-    pm_central_drain();
+    assert_int_equal(cb->nslots, 0);
+    assert_int_equal(cb->parked, 0);
     assert_int_equal(cb->spans, 0);
     assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
+/* What parks per class: up to 64 KiB for classes of up to 1 KiB, 16 KiB
+ * above; a class above 1 KiB whose batch is bigger than that parks short
+ * chains only, and what does not fit goes back to its spans. */
+static void test_central_park_cap(void **state)
+{
+    (void)state;
+    unsigned small = class_of_size(1024), large = class_of_size(1152);
+    pm_central_t *cs = &pm_central[small], *cl = &pm_central[large];
+    uint32_t bs = pm_class_batch[small], bl = pm_class_batch[large];
+    size_t sl = pm_class_size[large];
+    assert_int_equal(cs->out, 0);
+    assert_int_equal(cl->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    /* 1 KiB: full batches park up to 64 KiB, the next one goes home */
+    uint32_t fit = (uint32_t)(64 * 1024 / (bs * 1024));
+    assert_true(fit >= 2);
+    void **chains = calloc(fit + 1, sizeof *chains);
+    for (uint32_t i = 0; i <= fit; i++) chains[i] = get_full(small, bs);
+    for (uint32_t i = 0; i <= fit; i++) pm_central_put(small, chains[i], bs);
+    assert_int_equal(cs->parked, (uint64_t)fit * bs);
+    assert_true(cs->parked * 1024 <= 64 * 1024);
+    assert_int_equal(cs->out, 0);
+
+    /* above 1 KiB: a batch is more than 16 KiB and does not park ... */
+    assert_true((size_t)bl * sl > 16 * 1024);
+    void *batch = get_full(large, bl);
+    pm_central_put(large, batch, bl);
+    assert_int_equal(cl->parked, 0);
+    assert_int_equal(cl->nslots, 0);
+    assert_int_equal(cl->spans, 0); /* its spans emptied and went home */
+    /* ... short chains park while they stay within 16 KiB */
+    uint32_t cap = (uint32_t)(16 * 1024 / sl);
+    assert_true(cap >= 2 && cap < bl);
+    void *objs = get_full(large, bl);
+    for (uint32_t i = 0; i < bl; i++) {
+        void *o = take_front(&objs, 1);
+        pm_central_put(large, o, 1);
+        assert_int_equal(cl->parked, i < cap ? i + 1 : cap);
+    }
+    assert_true(cl->parked * sl <= 16 * 1024);
+    assert_int_equal(cl->out, 0);
+
+    pm_central_drain();
+    assert_int_equal(cs->spans, 0);
+    assert_int_equal(cl->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(chains);
 }
 
 /* ======================================================================
@@ -2053,6 +2102,7 @@ int main(void)
         cmocka_unit_test(test_central_short_get),
         cmocka_unit_test(test_central_transfer_slots),
         cmocka_unit_test(test_central_partial_slots),
+        cmocka_unit_test(test_central_park_cap),
     };
     const struct CMUnitTest tcache[] = {
         cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
