@@ -304,6 +304,38 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     return s;
 }
 
+/* Grows in-use span s in place to n pages when the span right after it is
+ * free (resident or not) and long enough: s takes the front of it, and
+ * the rest stays free.  Returns 1 when s now has n pages, 0 when s is
+ * unchanged.  No syscall and no new span struct. */
+int pm_pageheap_extend(pm_span_t *s, size_t n)
+{
+    if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return 0;
+    size_t need = n - s->npages;
+    int ok = 0;
+    pm_lock(&ph.lock);
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
+    pm_span_t *t = pm_pagemap_span(s->page + s->npages);
+    if (t && t->page == s->page + s->npages && t->npages >= need &&
+        (t->state == PM_SPAN_FREE || t->state == PM_SPAN_RETURNED)) {
+        list_remove(t);
+        if (t->npages > need) { /* the rest stays free, in the same struct */
+            t->page += need;
+            t->npages -= need;
+            mark_ends(t);
+            list_insert(t);
+        } else {
+            spare_put_locked(t);
+        }
+        s->npages = n;
+        s->zeroed = 0;
+        mark_ends(s);
+        ok = 1;
+    }
+    pm_unlock(&ph.lock);
+    return ok;
+}
+
 /* ---- free and release ------------------------------------------------- */
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
@@ -344,16 +376,20 @@ static void release_picked(pm_span_t **picked, size_t k)
     pm_unlock(&ph.lock);
 }
 
-void pm_pageheap_free(pm_span_t *s)
+static void free_span(pm_span_t *s, int released)
 {
     pm_span_t *picked[RELEASE_BATCH];
     size_t k = 0;
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+    /* the caller still owns s: its pages may be released before the lock */
+    if (released) pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT);
     pm_lock(&ph.lock);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     if (now > ph.now) ph.now = now;
-    *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
+    *s = (pm_span_t){.page = s->page, .npages = s->npages,
+                     .state = released ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);
     if (ph.free_pages[KIND_FREE] > limit ||
         (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
@@ -361,6 +397,10 @@ void pm_pageheap_free(pm_span_t *s)
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
 }
+
+void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
+
+void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
 void pm_pageheap_release_all(void)
 {

@@ -113,6 +113,10 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
 pm_span_t *pm_pageheap_alloc(size_t npages);
 pm_span_t *pm_pageheap_alloc_aligned(size_t npages, size_t align_pages);
 void pm_pageheap_free(pm_span_t *s);
+/* Frees s with its pages returned to the OS first (a block a realloc
+ * moved away from). */
+void pm_pageheap_free_released(pm_span_t *s);
+int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 void pm_pageheap_release_all(void);
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -495,6 +496,56 @@ static void test_pageheap_aligned(void **state)
             assert_int_equal(ph_stats().in_use, before.in_use);
         }
     }
+}
+
+/* A span in use grows into the free span right after it, resident or
+ * not, and only into that: an in-use neighbour or too short a free one
+ * leaves it as it was. */
+static void test_pageheap_extend(void **state)
+{
+    (void)state;
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc(20);
+    assert_non_null(run);
+    uintptr_t page = run->page;
+    pm_pageheap_free(run); /* the only resident free span: 20 pages at page */
+    assert_int_equal(ph_stats().free, 20 * PAGE);
+    pm_span_t *a = pm_pageheap_alloc(5);
+    assert_int_equal(a->page, page);
+    memset(page_ptr(page), 3, 5 * PAGE);
+    assert_int_equal(pm_pageheap_extend(a, 8), 1);
+    assert_int_equal(a->page, page);
+    assert_int_equal(a->npages, 8);
+    assert_int_equal(a->state, PM_SPAN_IN_USE);
+    assert_ptr_equal(pm_pagemap_span(page + 7), a);
+    assert_int_equal(ph_stats().free, 12 * PAGE);
+    /* the rest is still a free span, found by the next allocation */
+    pm_span_t *b = pm_pageheap_alloc(4);
+    assert_int_equal(b->page, page + 8);
+    assert_int_equal(pm_pageheap_extend(a, 9), 0); /* b is in use */
+    assert_int_equal(a->npages, 8);
+    assert_int_equal(pm_pageheap_extend(b, 13), 0); /* 8 free pages, not 9 */
+    assert_int_equal(b->npages, 4);
+    assert_int_equal(pm_pageheap_extend(a, 8), 0);  /* not longer */
+    pm_pageheap_free(b);
+    /* all of the free span after it: no free span left behind */
+    assert_int_equal(pm_pageheap_extend(a, 20), 1);
+    assert_int_equal(a->npages, 20);
+    assert_int_equal(ph_stats().free, 0);
+    assert_ptr_equal(pm_pagemap_span(page + 19), a);
+    for (size_t i = 0; i < 5 * PAGE; i += 997) assert_int_equal(page_ptr(page)[i], 3);
+    pm_pageheap_free(a);
+    assert_int_equal(ph_stats().free, 20 * PAGE);
+    /* into fresh (released) pages too */
+    pm_pageheap_release_all();
+    pm_span_t *c = pm_pageheap_alloc(3);
+    uintptr_t cpage = c->page;
+    pm_span_t *after = pm_pagemap_span(cpage + 3);
+    assert_true(after && after->state == PM_SPAN_RETURNED && after->page == cpage + 3);
+    assert_int_equal(pm_pageheap_extend(c, 6), 1);
+    assert_int_equal(c->npages, 6);
+    memset(page_ptr(cpage), 1, 6 * PAGE);
+    pm_pageheap_free(c);
 }
 
 static void test_pageheap_release_all(void **state)
@@ -1678,7 +1729,9 @@ static void test_alloc_realloc_headroom(void **state)
     assert_int_equal(lold % PAGE, 0);
     uint8_t *l2 = pm_realloc(l, lold + 1);
     assert_non_null(l2);
-    assert_true(pm_usable_size(l2) >= lold + lold / 4);
+    /* (in place only when the pages after it are free: then the reserve
+     * as well when they are enough) */
+    assert_true(pm_usable_size(l2) >= lold + lold / 4 || (l2 == l && pm_usable_size(l2) > lold));
     for (size_t i = 0; i < 1000; i++) assert_int_equal(l2[i], 7);
     pm_free(l2);
     /* the biggest class growing by a byte: a large block with the reserve */
@@ -1693,6 +1746,44 @@ static void test_alloc_realloc_headroom(void **state)
     for (size_t i = 0; i < PM_MAX_SMALL; i += 4093) assert_int_equal(big[i], 9);
     assert_int_equal(big[PM_MAX_SMALL - 1], 9);
     pm_free(big);
+}
+
+/* A large block grows in place into the free pages after it; when it
+ * cannot and must move, the block it leaves is returned to the OS at once
+ * (from 1 MiB), not kept resident in the page heap. */
+static void test_alloc_realloc_large_in_place(void **state)
+{
+    (void)state;
+    const size_t MiB = (size_t)1 << 20;
+    pm_pageheap_release_all();
+    uint8_t *x = pm_malloc(8 * MiB);
+    assert_non_null(x);
+    memset(x, 0, 8 * MiB);
+    pm_free(x); /* the only resident free span: 8 MiB */
+    uint8_t *p = pm_malloc(MiB);
+    assert_ptr_equal(p, x);
+    memset(p, 5, MiB);
+    uint8_t *q = pm_realloc(p, 3 * MiB);
+    assert_ptr_equal(q, p); /* grown, not moved */
+    assert_true(pm_usable_size(q) >= 3 * MiB);
+    for (size_t i = 0; i < MiB; i += 4093) assert_int_equal(q[i], 5);
+    memset(q, 6, 3 * MiB);
+    /* a block right after it: the next growth must move */
+    uint8_t *y = pm_malloc(MiB);
+    assert_ptr_equal(y, q + pm_usable_size(q));
+    size_t qsize = pm_usable_size(q);
+    unsigned char *vec = calloc(qsize / 4096, 1);
+    assert_int_equal(mincore(q, qsize, vec), 0);
+    for (size_t i = 0; i < qsize / 4096; i++) assert_true(vec[i] & 1); /* resident */
+    uint8_t *r = pm_realloc(q, 6 * MiB);
+    assert_non_null(r);
+    assert_ptr_not_equal(r, q);
+    for (size_t i = 0; i < 3 * MiB; i += 4093) assert_int_equal(r[i], 6);
+    assert_int_equal(mincore(q, qsize, vec), 0);
+    for (size_t i = 0; i < qsize / 4096; i++) assert_false(vec[i] & 1); /* released */
+    free(vec);
+    pm_free(y);
+    pm_free(r);
 }
 
 static void test_alloc_memalign(void **state)
@@ -2095,6 +2186,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_coalesce_same_state),
         cmocka_unit_test(test_pageheap_coalesce_three),
         cmocka_unit_test(test_pageheap_aligned),
+        cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
     };
     const struct CMUnitTest central[] = {
@@ -2120,6 +2212,7 @@ int main(void)
         cmocka_unit_test(test_alloc_calloc),
         cmocka_unit_test(test_alloc_realloc),
         cmocka_unit_test(test_alloc_realloc_headroom),
+        cmocka_unit_test(test_alloc_realloc_large_in_place),
         cmocka_unit_test(test_alloc_memalign),
         cmocka_unit_test(test_alloc_memalign_size_zero),
         cmocka_unit_test(test_stats_balance),
