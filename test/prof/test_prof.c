@@ -383,6 +383,42 @@ static void test_realloc_of_sampled_blocks(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* Large blocks: grown in place (the sample keeps its size) or moved (the
+ * old sample freed, its pages returned at once from 1 MiB): either way one
+ * live sample while the block lives and none after. */
+__attribute__((noinline)) static char *realloc_large_site(void)
+{
+    char *s = malloc((size_t)2 << 20);
+    strcpy(s, "grow me");
+    char *blocker = malloc((size_t)1 << 20); /* often right after s */
+    s = realloc(s, (size_t)3 << 20);
+    s = realloc(s, (size_t)40 << 20);
+    free(blocker);
+    assert_string_equal(s, "grow me");
+    return s;
+}
+
+static void test_realloc_of_sampled_large_blocks(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    char *s = realloc_large_site();
+    tprof_t p;
+    uint64_t v[4];
+    dump_and_load(&p, "prof-realloc-large.pb.gz");
+    site_totals(&p, "realloc_large_site", v);
+    assert_int_equal(v[INUSE_OBJ], 1);
+    assert_true(v[INUSE_BYTES] >= (uint64_t)2 << 20 && v[INUSE_BYTES] <= (uint64_t)40 << 20);
+    assert_in_range(v[ALLOC_OBJ], 2, 4); /* s, blocker, and one per move */
+    free_profile(&p);
+    free(s);
+    dump_and_load(&p, "prof-realloc-large.pb.gz");
+    site_totals(&p, "realloc_large_site", v);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
 static void *freer(void *arg)
 {
     void **blocks = arg;
@@ -625,6 +661,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_while_threads_allocate),
         cmocka_unit_test(test_fork_child_dumps_its_own),
         cmocka_unit_test(test_realloc_of_sampled_blocks),
+        cmocka_unit_test(test_realloc_of_sampled_large_blocks),
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
