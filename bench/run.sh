@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            large frag replay pythreads
+#            grow large frag replay pythreads
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -30,7 +30,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc large frag replay pythreads"
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large frag replay pythreads"
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
@@ -155,6 +155,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     realloc:full)      echo "realloc" ;;
     realloc:small)     echo "realloc -n 1 -l 150" ;;
     realloc:quick)     echo "realloc -n 1 -l 40" ;;
+    grow:full)         echo "grow" ;;
+    grow:small)        echo "grow -n 1 -l 4 -z 4194304" ;;
+    grow:quick)        echo "grow -n 1 -l 2 -z 2097152" ;;
     large:full)        echo "large" ;;
     large:small)       echo "large -n 300" ;;
     large:quick)       echo "large -n 60" ;;
