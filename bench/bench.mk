@@ -7,6 +7,9 @@
 #   make bench-targets the allocator core's targets (churn, two threads,
 #                      prodcons, peak RSS) against glibc, the peers and the
 #                      ceiling allocator, checked and bare: bench/targets.sh (~10 min)
+#   make bench-real    real programs on the machine (gcc, python3, sqlite3, git,
+#                      perl, sort) under glibc and each allocator: peak RSS and
+#                      time as ratios, outputs compared: bench/realprogs.sh (~1 min)
 # BENCH_ARGS passes options to bench/run.sh, e.g.
 #   make bench BENCH_ARGS="-w churn,prodcons -a glibc,pm -r 5"
 
@@ -19,7 +22,7 @@ BENCH_ARGS ?=
 BENCH_CEILING := $(BENCH_BIN)/libceiling.so
 TARGETS_ARGS ?=
 
-.PHONY: bench-run bench-quick bench-progs bench-targets
+.PHONY: bench-run bench-quick bench-progs bench-targets bench-real
 BENCH_TARGETS += bench-run
 
 # pythreads is a Python script (bench/pythreads.py), installed executable
@@ -40,6 +43,10 @@ $(BENCH_CEILING): bench/tools/ceiling.c
 
 bench-targets: $(PM_SO) $(BENCH_EXES) $(BENCH_CEILING)
 	bash bench/targets.sh -b $(BENCH_BIN) -p $(PM_SO) -c $(BENCH_CEILING) $(TARGETS_ARGS)
+
+REAL_ARGS ?=
+bench-real: $(PM_SO)
+	bash bench/realprogs.sh -p $(PM_SO) $(REAL_ARGS)
 
 $(BENCH_EXES): $(BENCH_BIN)/%: bench/%.c bench/bench_common.h
 	@mkdir -p $(BENCH_BIN)
