@@ -231,8 +231,8 @@ static int grow(size_t n)
  * kept for reuse without page faults: a quarter of the pages in use, at
  * least PROFMALLOC_RELEASE_BYTES / 32 (2 MiB).  Half (as before) kept
  * CPython threads at 1.22x glibc's peak RSS (bench/pythreads; a quarter:
- * 1.09x) for bench/large's sake, which still runs 5x faster than glibc with
- * a quarter (an eighth: 1.2x). */
+ * 1.09x) for the sake of bench/large, which runs 5x faster than glibc with
+ * a quarter (7x with half, barely faster with an eighth). */
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
     size_t k = 0, released = 0;
@@ -385,9 +385,10 @@ static void free_span(pm_span_t *s, int released)
     size_t k = 0;
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
-    PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
-    /* the caller still owns s: its pages may be released before the lock */
-    if (released) pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT);
+    if (released) { /* the caller still owns s: its pages go before the lock */
+        PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+        pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT);
+    }
     pm_lock(&ph.lock);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     if (now > ph.now) ph.now = now;
