@@ -12,8 +12,9 @@
 
 static _Atomic uint64_t large_bytes, large_requested, large_count;
 
-/* realloc releases a large block it moved away from at once from this size */
-#define PM_MOVED_RELEASE ((size_t)1 << 20)
+/* A large block at least this big that realloc must move gets twice its
+ * old size, and its old pages go back to the OS at once (pm_realloc). */
+#define PM_BIG_MOVE ((size_t)1 << 20)
 
 static inline void *page_addr(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
 
@@ -44,7 +45,6 @@ static int sample_tick(pm_tcache_t *t, size_t size)
     t->countdown = pm_sampler_next(&t->rng, rate);
     return rate != 0 && t->state == PM_THREAD_ACTIVE;
 }
-
 
 /* ---- large blocks: whole spans of pages ------------------------------ */
 
@@ -241,14 +241,29 @@ void *pm_realloc(void *p, size_t size)
         }
         return p;
     }
+    /* Growing: reserve at least a quarter more than the old block, as
+     * tcmalloc does.  A string grown by small appends then moves through
+     * every second or third size class instead of every one: fewer copies,
+     * and far fewer half-empty spans left behind, each pinned by the one
+     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
+     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
+     * for a block grown once).
+     * A big large block (PM_BIG_MOVE) gets twice its old size: its pages
+     * are only faulted in as they are written, and each move copies into
+     * fresh pages the kernel must fault in and zero (bench/grow: 0.29 ->
+     * 0.19 s, glibc 0.18 s, which moves such blocks with mremap; peak RSS
+     * 0.89x -> 1.00x glibc's).  The block it leaves goes back to the OS at
+     * once, as mremap leaves nothing behind: a block growing in steps would
+     * otherwise leave every step resident in the page heap (a Python list
+     * grown to 10 MB: 25 MB of them). */
+    int big = s->cls == 0 && old >= PM_BIG_MOVE;
+    size_t reserve = big ? 2 * old : old + old / 4;
     /* A large block grows into the free pages right after it when it can
-     * (a quarter more, else just enough), as glibc grows a block into its
-     * top chunk or with mremap: no copy, and no old block left behind in
-     * the page heap.  A Python list grown to 10 MB by appends left 25 MB
-     * of freed arrays resident in the page heap before this. */
+     * (the reserve, else just enough), as glibc grows a block into its top
+     * chunk: no copy, and no old block left behind in the page heap. */
     if (s->cls == 0 && size > old) {
         size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        size_t roomy = old + old / 4 > size ? (old + old / 4 + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
+        size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
         if (pm_pageheap_extend(s, roomy) || (roomy > exact && pm_pageheap_extend(s, exact))) {
             pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
@@ -256,19 +271,7 @@ void *pm_realloc(void *p, size_t size)
             return p;
         }
     }
-    /* Growing: reserve at least a quarter more than the old block, as
-     * tcmalloc does.  A string grown by small appends then moves through
-     * every second or third size class instead of every one: fewer copies,
-     * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
-     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
-     * for a block grown once).  A large block of 1 MiB or more that has to
-     * move gets twice its old size: its pages are only faulted in as they
-     * are written, and each move copies into fresh pages the kernel must
-     * fault in and zero (bench/grow: 0.29 -> 0.19 s, glibc 0.18 s, which
-     * moves such blocks with mremap; peak RSS 0.89x -> 1.00x glibc's). */
     void *q = NULL;
-    size_t reserve = s->cls == 0 && old >= PM_MOVED_RELEASE ? 2 * old : old + old / 4;
     if (size > old && reserve > size) {
         int saved = errno;
         q = alloc_reserve(size, reserve, 1, 0);
@@ -277,11 +280,7 @@ void *pm_realloc(void *p, size_t size)
     if (!q) q = pm_malloc_inline(size);
     if (!q) return NULL;
     memcpy(q, p, size < old ? size : old);
-    if (s->cls == 0 && old >= PM_MOVED_RELEASE) {
-        /* A large block that realloc moved away from goes back to the OS at
-         * once, as glibc's mremap leaves nothing behind: a block that grows
-         * in steps would otherwise leave every step resident in the page
-         * heap (a Python list grown to 10 MB: 25 MB of them). */
+    if (big) {
         if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
         free_large(s, 1);
     } else {
