@@ -177,6 +177,8 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
             c->span_free -= s->capacity;
             s->next = empty;
             empty = s;
+        } else if (s->trimming) {
+            continue; /* held by malloc_trim, which links it back */
         } else if (!s->on_list) {
             link_span(c, s, 0);
         } else if (s->allocated == s->capacity / 4 && s->next != &c->nonempty) {
@@ -241,6 +243,107 @@ void pm_central_drain(void)
     }
 }
 
+/* Releases the whole OS pages in [lo, hi) (mask: the OS page - 1). */
+static uint64_t release_inside(uintptr_t lo, uintptr_t hi, uintptr_t mask)
+{
+    lo = (lo + mask) & ~mask;
+    hi &= ~mask;
+    if (hi <= lo) return 0;
+    pm_os_release((void *)lo, hi - lo);
+    return hi - lo;
+}
+
+/* Gives the spans malloc_trim held (c->trim_held) their objects back,
+ * behind any freed into them meanwhile, and links them into the nonempty
+ * list again; with `empty`, a span whose objects are now all home goes on
+ * *empty for the page heap instead (in a child after fork, where no page
+ * heap call may run yet, it stays listed). */
+static void give_back_locked(pm_central_t *c, pm_span_t **empty)
+{
+    while (c->trim_held) {
+        pm_span_t *s = c->trim_held;
+        c->trim_held = s->next;
+        uint32_t pin = s->held_n + (s->capacity - s->held_carved);
+        if (s->held) {
+            void **last = &s->freelist;
+            while (*last) last = (void **)*last;
+            *last = s->held;
+        }
+        s->held = NULL;
+        s->carved = s->held_carved;
+        s->allocated -= pin;
+        s->trimming = 0;
+        if (s->allocated == 0 && empty) {
+            c->spans--;
+            c->span_free -= s->capacity;
+            s->next = *empty;
+            *empty = s;
+        } else {
+            link_span(c, s, s->allocated <= s->capacity / 4);
+        }
+    }
+}
+
+/* malloc_trim: gives back the OS pages that lie wholly inside the free
+ * objects of spans still in use (all but the page holding an object's
+ * link), and the uncarved tails of those spans, as glibc's malloc_trim
+ * releases the pages inside its free chunks.  Only classes above one OS
+ * page can have such pages.  Per class: under the lock, every span on the
+ * nonempty list moves to c->trim_held, its free list into `held`, and its
+ * free objects and tail count as allocated (so no thread can be handed an
+ * object whose pages are going, and the span cannot empty meanwhile); the
+ * madvises run without the lock; under the lock again the spans get their
+ * objects back, and one that is now empty goes to the page heap.  Returns
+ * the bytes released. */
+uint64_t pm_central_release_free(void)
+{
+    size_t page = pm_os_page_size();
+    uint64_t released = 0;
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        size_t size = pm_class_size[cls];
+        if (size <= page) continue;
+        pm_central_t *c = &pm_central[cls];
+        pm_lock(&c->lock);
+        if (!c->nonempty.next || c->trim_held) { /* never used, or another trim */
+            pm_unlock(&c->lock);
+            continue;
+        }
+        while (c->nonempty.next != &c->nonempty) {
+            pm_span_t *s = c->nonempty.next;
+            unlink_span(s);
+            s->held = s->freelist;
+            s->held_n = s->carved - s->allocated;
+            s->held_carved = s->carved;
+            s->freelist = NULL;
+            s->carved = s->capacity;
+            s->allocated = s->capacity;
+            s->trimming = 1;
+            s->next = c->trim_held; /* off the nonempty list: the link is free */
+            c->trim_held = s;
+        }
+        pm_span_t *held = c->trim_held;
+        pm_unlock(&c->lock);
+        for (pm_span_t *s = held; s; s = s->next) {
+            char *base = span_base(s);
+            for (void *o = s->held; o; o = *(void **)o)
+                released += release_inside((uintptr_t)o + sizeof(void *), (uintptr_t)o + size, page - 1);
+            released += release_inside((uintptr_t)(base + (size_t)s->held_carved * size),
+                                       (uintptr_t)(base + (s->npages << PM_PAGE_SHIFT)), page - 1);
+        }
+        pm_span_t *empty = NULL;
+        pm_lock(&c->lock);
+        give_back_locked(c, &empty);
+        pm_unlock(&c->lock);
+        while (empty) {
+            pm_span_t *s = empty;
+            empty = s->next;
+            pm_pagemap_set_class(s->page, s->npages, 0);
+            pm_pageheap_free(s);
+        }
+    }
+    return released;
+}
+
 void pm_central_lock_all(void)
 {
     for (unsigned cls = 1; cls < pm_class_count; cls++) pm_lock(&pm_central[cls].lock);
@@ -249,6 +352,8 @@ void pm_central_lock_all(void)
 void pm_central_unlock_all(int child)
 {
     for (unsigned cls = pm_class_count; cls-- > 1;) {
+        /* a trim the fork interrupted (its thread is not in the child) */
+        if (child) give_back_locked(&pm_central[cls], NULL);
         if (child) pm_lock_reset(&pm_central[cls].lock);
         else pm_unlock(&pm_central[cls].lock);
     }

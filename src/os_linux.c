@@ -55,6 +55,12 @@ void pm_os_release(void *addr, size_t size)
     errno = saved;
 }
 
+size_t pm_os_page_size(void)
+{
+    size_t page = (size_t)getauxval(AT_PAGESZ);
+    return page ? page : 4096;
+}
+
 /* ---- environment ---------------------------------------------------- */
 
 static const char *match(const char *entry, const char *name)

@@ -133,6 +133,7 @@ extern pm_central_t pm_central[PM_CLASS_MAX];
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
+uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);
 

@@ -13,8 +13,10 @@
  * two, at least the OS page), or NULL. */
 void *pm_os_map(size_t size, size_t align);
 void pm_os_unmap(void *addr, size_t size);
-/* Give pages back to the OS; they read as zero when next touched. */
+/* Give pages back to the OS; they read as zero when next touched.
+ * addr and size: multiples of pm_os_page_size(). */
 void pm_os_release(void *addr, size_t size);
+size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
  * Returns NULL when unset.  pm_os_secure() is true in setuid/setgid

@@ -15,6 +15,10 @@
  * Small-object span invariants (under its central lock):
  *   allocated + free_count(freelist) + (capacity - carved) == capacity
  *   carved <= capacity == npages * PM_PAGE_SIZE / class_size
+ * except while malloc_trim holds the span (`trimming`, central.c
+ * pm_central_release_free): it has taken the free objects into `held` and
+ * counts them and the uncarved tail as allocated, so that no thread takes
+ * an object whose pages are being released and the span cannot empty.
  * Free spans (under the page-heap lock): the page map maps their first and
  * last page to them, and no two FREE neighbours (or two RETURNED ones)
  * exist: coalescing joins them at once. */
@@ -32,6 +36,10 @@ typedef struct pm_span {
     uint8_t state;            /* PM_SPAN_* */
     uint8_t zeroed;           /* large: memory known to be all zero */
     uint8_t on_list;          /* small: linked into the central nonempty list */
+    uint8_t trimming;         /* small: held by malloc_trim (off every list) */
+    uint32_t held_n;          /* small, trimming: objects in held */
+    uint32_t held_carved;     /* small, trimming: carved before it was held */
+    void *held;               /* small, trimming: its free objects, taken */
     size_t requested;         /* large: bytes the application asked for */
     void *sample;             /* large: its sample record, or NULL */
     /* small, under the profiler's lock: live sampled blocks in this span,
@@ -104,6 +112,7 @@ typedef struct pm_central {
     uint64_t out;
     uint64_t spans;              /* spans owned by this class */
     uint64_t span_free;          /* Σ capacity - allocated over its spans */
+    pm_span_t *trim_held;        /* spans malloc_trim holds (central.c) */
 } PM_ALIGNED(PM_CACHELINE) pm_central_t;
 
 #endif

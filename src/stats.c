@@ -72,10 +72,11 @@ int pm_malloc_trim(size_t pad)
     pm_tcache_t *t = &pm_tls;
     if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
     pm_central_drain();
+    uint64_t inside = pm_central_release_free();
     profmalloc_stats_t before;
     pm_stats_collect(&before);
     pm_pageheap_release_all();
-    return before.pageheap_free != 0;
+    return before.pageheap_free != 0 || inside != 0;
 }
 
 int pm_mallopt(int param, int value)
