@@ -159,6 +159,18 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     return chain;
 }
 
+/* Gives spans that emptied (linked through `next`) back to the page heap;
+ * never under a central lock. */
+static void free_spans(pm_span_t *empty)
+{
+    while (empty) {
+        pm_span_t *s = empty;
+        empty = s->next;
+        pm_pagemap_set_class(s->page, s->npages, 0);
+        pm_pageheap_free(s);
+    }
+}
+
 /* Puts a chain of n objects back into their spans, unlocks c, and gives
  * the spans that became empty back to the page heap. */
 static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
@@ -187,12 +199,7 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
         }
     }
     pm_unlock(&c->lock);
-    while (empty) {
-        pm_span_t *s = empty;
-        empty = s->next;
-        pm_pagemap_set_class(s->page, s->npages, 0);
-        pm_pageheap_free(s);
-    }
+    free_spans(empty);
 }
 
 void pm_central_put(unsigned cls, void *chain, uint32_t n)
@@ -334,12 +341,7 @@ uint64_t pm_central_release_free(void)
         pm_lock(&c->lock);
         give_back_locked(c, &empty);
         pm_unlock(&c->lock);
-        while (empty) {
-            pm_span_t *s = empty;
-            empty = s->next;
-            pm_pagemap_set_class(s->page, s->npages, 0);
-            pm_pageheap_free(s);
-        }
+        free_spans(empty);
     }
     return released;
 }
