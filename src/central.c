@@ -263,8 +263,8 @@ static uint64_t release_inside(uintptr_t lo, uintptr_t hi, uintptr_t mask)
 /* Gives the spans malloc_trim held (c->trim_held) their objects back,
  * behind any freed into them meanwhile, and links them into the nonempty
  * list again; with `empty`, a span whose objects are now all home goes on
- * *empty for the page heap instead (in a child after fork, where no page
- * heap call may run yet, it stays listed). */
+ * *empty for the page heap instead (in a child after fork, from the fork
+ * handler, it stays listed: an empty span on the list is still sound). */
 static void give_back_locked(pm_central_t *c, pm_span_t **empty)
 {
     while (c->trim_held) {
@@ -330,11 +330,19 @@ uint64_t pm_central_release_free(void)
         }
         pm_span_t *held = c->trim_held;
         pm_unlock(&c->lock);
+        /* nothing taken: c->trim_held may by now be another trim's */
+        if (!held) continue;
         for (pm_span_t *s = held; s; s = s->next) {
             char *base = span_base(s);
-            for (void *o = s->held; o; o = *(void **)o)
+            char *carved_end = base + (size_t)s->held_carved * size;
+            for (char *o = s->held; o; o = *(void **)o) {
+                /* a link a stray write changed: stop here rather than
+                 * release someone else's pages (the allocation that
+                 * reaches it reports it) */
+                if (o < base || o >= carved_end || (size_t)(o - base) % size) break;
                 released += release_inside((uintptr_t)o + sizeof(void *), (uintptr_t)o + size, page - 1);
-            released += release_inside((uintptr_t)(base + (size_t)s->held_carved * size),
+            }
+            released += release_inside((uintptr_t)carved_end,
                                        (uintptr_t)(base + (s->npages << PM_PAGE_SHIFT)), page - 1);
         }
         pm_span_t *empty = NULL;
