@@ -1045,6 +1045,10 @@ static void test_central_release_free(void **state)
     size_t os = (size_t)sysconf(_SC_PAGESIZE);
     unsigned cls = class_of_size(9216); /* 4 objects in 5 pages: a 4 KiB tail */
     size_t size = pm_class_size[cls];
+    if (2 * os > size) {
+        print_message("    (OS pages of %zu bytes: no page inside a 9216-byte object; skipped)\n", os);
+        return;
+    }
     uint32_t per_span = (uint32_t)(pm_class_pages[cls] * PAGE / size);
     pm_central_t *c = &pm_central[cls];
     pm_central_drain();
