@@ -270,7 +270,6 @@ static void give_back_locked(pm_central_t *c, pm_span_t **empty)
     while (c->trim_held) {
         pm_span_t *s = c->trim_held;
         c->trim_held = s->next;
-        uint32_t pin = s->held_n + (s->capacity - s->held_carved);
         if (s->held) {
             void **last = &s->freelist;
             while (*last) last = (void **)*last;
@@ -278,7 +277,7 @@ static void give_back_locked(pm_central_t *c, pm_span_t **empty)
         }
         s->held = NULL;
         s->carved = s->held_carved;
-        s->allocated -= pin;
+        s->allocated -= s->held_pin;
         s->trimming = 0;
         if (s->allocated == 0 && empty) {
             c->spans--;
@@ -319,7 +318,7 @@ uint64_t pm_central_release_free(void)
             pm_span_t *s = c->nonempty.next;
             unlink_span(s);
             s->held = s->freelist;
-            s->held_n = s->carved - s->allocated;
+            s->held_pin = s->capacity - s->allocated;
             s->held_carved = s->carved;
             s->freelist = NULL;
             s->carved = s->capacity;

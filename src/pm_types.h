@@ -37,7 +37,7 @@ typedef struct pm_span {
     uint8_t zeroed;           /* large: memory known to be all zero */
     uint8_t on_list;          /* small: linked into the central nonempty list */
     uint8_t trimming;         /* small: held by malloc_trim (off every list) */
-    uint32_t held_n;          /* small, trimming: objects in held */
+    uint32_t held_pin;        /* small, trimming: what it added to allocated */
     uint32_t held_carved;     /* small, trimming: carved before it was held */
     void *held;               /* small, trimming: its free objects, taken */
     size_t requested;         /* large: bytes the application asked for */

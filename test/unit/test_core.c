@@ -1026,7 +1026,7 @@ static void test_central_partial_slots(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
 
-/* Residency of the OS pages of [p, p + len): 1 resident, 0 not, per page. */
+/* 1 if the OS page holding p is resident, else 0. */
 static int page_resident(const void *p)
 {
     size_t os = (size_t)sysconf(_SC_PAGESIZE);
