@@ -255,8 +255,7 @@ static uint64_t release_inside(uintptr_t lo, uintptr_t hi, uintptr_t mask)
 {
     lo = (lo + mask) & ~mask;
     hi &= ~mask;
-    if (hi <= lo) return 0;
-    pm_os_release((void *)lo, hi - lo);
+    if (hi <= lo || pm_os_release((void *)lo, hi - lo) != 0) return 0;
     return hi - lo;
 }
 

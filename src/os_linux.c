@@ -48,11 +48,12 @@ void pm_os_unmap(void *addr, size_t size)
     if (size) munmap(addr, size);
 }
 
-void pm_os_release(void *addr, size_t size)
+int pm_os_release(void *addr, size_t size)
 {
     int saved = errno;
-    (void)madvise(addr, size, MADV_DONTNEED);
+    int rc = madvise(addr, size, MADV_DONTNEED);
     errno = saved;
+    return rc == 0 ? 0 : -1;
 }
 
 size_t pm_os_page_size(void)

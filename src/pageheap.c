@@ -14,7 +14,12 @@
  * returned until half that is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  Fresh memory from the OS counts as RETURNED (not yet
- * resident), so it is used last. */
+ * resident), so it is used last.
+ * A span whose release the kernel refused (mlock/mlockall, or a kernel
+ * page larger than the span's alignment) keeps its contents, so it goes
+ * back as FREE, never RETURNED: RETURNED means "reads as zero", and calloc
+ * skips zeroing on it.  The policy then tries no release for PM_DECAY_NS,
+ * so a locked heap costs one failed madvise a second, not one per free. */
 #include "pm_internal.h"
 
 #define LISTS 128            /* exact lists for 1..128 pages; [0] for longer */
@@ -36,6 +41,7 @@ static struct {
     _Atomic unsigned nspare;
     pm_span_t *newest, *oldest;  /* FREE spans by the time they became free */
     uint64_t now;                /* the clock as read by the current operation */
+    uint64_t retry_ns;           /* the policy releases nothing before this */
 } ph = {.lock = PM_LOCK_INIT};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -154,7 +160,7 @@ static void coalesce_insert_locked(pm_span_t *s)
 /* ---- allocation ------------------------------------------------------- */
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
-static void release_picked(pm_span_t **picked, size_t k);
+static size_t release_picked(pm_span_t **picked, size_t k);
 
 static pm_span_t *best_fit_locked(size_t n)
 {
@@ -240,6 +246,7 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
                       ph.releasing_pages;
     uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
     if (floor < in_use / 4) floor = in_use / 4;
+    if (ph.now < ph.retry_ns) return 0;
     while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
         released += ph.oldest->npages;
         pick(ph.oldest, out, &k);
@@ -350,10 +357,12 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
 }
 
 /* Chooses spans to return: those free for longer than the decay time,
- * then the longest ones while more than keep_pages stay resident. */
-static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages)
+ * then the longest ones while more than keep_pages stay resident.  Without
+ * `force`, nothing within PM_DECAY_NS of a refused release. */
+static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force)
 {
     size_t k = 0;
+    if (!force && ph.now < ph.retry_ns) return 0;
     while (k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
         pick(ph.oldest, out, &k);
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
@@ -366,17 +375,25 @@ static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages)
     return k;
 }
 
-static void release_picked(pm_span_t **picked, size_t k)
+/* Returns the picked spans' pages to the OS and the spans to the free
+ * lists; gives the number of spans whose release the kernel refused. */
+static size_t release_picked(pm_span_t **picked, size_t k)
 {
-    for (size_t i = 0; i < k; i++)
-        pm_os_release(addr_of(picked[i]->page), picked[i]->npages << PM_PAGE_SHIFT);
+    uint8_t refused[RELEASE_BATCH];
+    size_t nrefused = 0;
+    for (size_t i = 0; i < k; i++) {
+        refused[i] = pm_os_release(addr_of(picked[i]->page), picked[i]->npages << PM_PAGE_SHIFT) != 0;
+        nrefused += refused[i];
+    }
     pm_lock(&ph.lock);
     for (size_t i = 0; i < k; i++) {
         ph.releasing_pages -= picked[i]->npages;
-        picked[i]->state = PM_SPAN_RETURNED;
+        picked[i]->state = refused[i] ? PM_SPAN_FREE : PM_SPAN_RETURNED;
         coalesce_insert_locked(picked[i]);
     }
+    if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
     pm_unlock(&ph.lock);
+    return nrefused;
 }
 
 static void free_span(pm_span_t *s, int released)
@@ -387,7 +404,7 @@ static void free_span(pm_span_t *s, int released)
     uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
     if (released) { /* the caller still owns s: its pages go before the lock */
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
-        pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT);
+        released = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0;
     }
     pm_lock(&ph.lock);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
@@ -397,7 +414,7 @@ static void free_span(pm_span_t *s, int released)
     coalesce_insert_locked(s);
     if (ph.free_pages[KIND_FREE] > limit ||
         (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit);
+        k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit, 0);
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
 }
@@ -406,14 +423,21 @@ void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
+/* Tries every resident free page once: a span the kernel refused goes
+ * back FREE and would be picked again, so the walk stops after as many
+ * pages as were free when it began. */
 void pm_pageheap_release_all(void)
 {
     pm_span_t *picked[RELEASE_BATCH];
-    for (;;) {
+    pm_lock(&ph.lock);
+    uint64_t left = ph.free_pages[KIND_FREE];
+    pm_unlock(&ph.lock);
+    while (left) {
         pm_lock(&ph.lock);
-        size_t k = pick_release_locked(picked, 0);
+        size_t k = pick_release_locked(picked, 0, 1);
         pm_unlock(&ph.lock);
         if (!k) return;
+        for (size_t i = 0; i < k; i++) left -= picked[i]->npages < left ? picked[i]->npages : left;
         release_picked(picked, k);
     }
 }

@@ -14,8 +14,10 @@
 void *pm_os_map(size_t size, size_t align);
 void pm_os_unmap(void *addr, size_t size);
 /* Give pages back to the OS; they read as zero when next touched.
- * addr and size: multiples of pm_os_page_size(). */
-void pm_os_release(void *addr, size_t size);
+ * addr and size: multiples of pm_os_page_size().  Returns 0, or -1 when
+ * the kernel refused (pages locked by mlock/mlockall, a range not aligned
+ * to the kernel's page): then the pages keep their contents. */
+int pm_os_release(void *addr, size_t size);
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/wait.h>
@@ -363,6 +364,53 @@ static void test_calloc_zeroed_large(void **state)
         assert_true(all_zero(p, 256 * KiB + 8192 * (size_t)i + 1));
         free(p);
     }
+}
+
+/* Pages locked with mlock (or mlockall) cannot be released: madvise
+ * refuses them, and they keep their contents.  An allocator that counted
+ * them as released would hand them to calloc as zero.  Both ways a large
+ * block's pages go back: malloc_trim after free, and a realloc that moves
+ * the block away. */
+static void test_calloc_zeroed_locked(void **state)
+{
+    (void)state;
+    const size_t n = 1 * MiB;
+    unsigned char *d = malloc(n);
+    assert_non_null(d);
+    memset(d, 0xEE, n);
+    if (mlock(d, n) != 0) {
+        free(d);
+        skip(); /* no RLIMIT_MEMLOCK to spare */
+    }
+    free(d);
+    malloc_trim(0);
+    unsigned char *p = calloc(1, n);
+    assert_non_null(p);
+    assert_true(all_zero(p, n));
+    free(p);
+    munlock(d, n);
+
+    d = malloc(n);
+    unsigned char *guard = malloc(n); /* keeps d from growing in place */
+    assert_non_null(d);
+    assert_non_null(guard);
+    memset(d, 0xDD, n);
+    assert_int_equal(mlock(d, n), 0);
+    unsigned char *moved = realloc(d, 3 * n);
+    assert_non_null(moved);
+    /* blocks of d's size until one lands on d's old pages (or 64 do not) */
+    unsigned char *got[64];
+    int k = 0;
+    while (k < 64) {
+        got[k] = calloc(1, n);
+        assert_non_null(got[k]);
+        assert_true(all_zero(got[k], n));
+        if (got[k++] == d) break;
+    }
+    while (k) free(got[--k]);
+    munlock(d, n);
+    free(moved);
+    free(guard);
 }
 
 static void test_realloc_null_and_zero(void **state)
@@ -1151,6 +1199,7 @@ int main(void)
         cmocka_unit_test(test_calloc_overflow),
         cmocka_unit_test(test_calloc_zeroed_reuse_small),
         cmocka_unit_test(test_calloc_zeroed_large),
+        cmocka_unit_test(test_calloc_zeroed_locked),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),
