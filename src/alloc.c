@@ -241,6 +241,20 @@ void *pm_realloc(void *p, size_t size)
         }
         return p;
     }
+    /* A large block that stays large shrinks in place, as glibc's does: its
+     * tail pages go back to the page heap (to the OS at once for a big
+     * block, as the move it replaces did), with no copy and nothing to
+     * allocate, so it works when memory is exhausted. */
+    if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
+        size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
+        if (pm_pageheap_shrink(s, n, old >= PM_BIG_MOVE)) {
+            atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - n) << PM_PAGE_SHIFT,
+                                      memory_order_relaxed);
+            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
+            s->requested = size;
+            return p;
+        }
+    }
     /* Growing: reserve at least a quarter more than the old block, as
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
@@ -272,13 +286,17 @@ void *pm_realloc(void *p, size_t size)
         }
     }
     void *q = NULL;
+    int saved = errno;
     if (size > old && reserve > size) {
-        int saved = errno;
         q = alloc_reserve(size, reserve, 1, 0);
         if (!q) errno = saved; /* the exact size may still fit */
     }
     if (!q) q = pm_malloc_inline(size);
-    if (!q) return NULL;
+    if (!q) {
+        if (size > old) return NULL;
+        errno = saved; /* a shrink that cannot move keeps its block */
+        return p;
+    }
     memcpy(q, p, size < old ? size : old);
     if (big) {
         if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);

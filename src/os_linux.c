@@ -24,42 +24,67 @@
 
 extern char **environ;
 
+/* errno is kept on every path: a malloc that succeeds after a failed
+ * mmap (a refill that got part of a batch) must not leave ENOMEM behind,
+ * and every failure sets ENOMEM itself (alloc.c). */
 void *pm_os_map(size_t size, size_t align)
 {
-    size_t os_page = 4096;
+    size_t os_page = pm_os_page_size();
     if (align < os_page) align = os_page;
+    if (size > SIZE_MAX - os_page) return NULL;
     size = (size + os_page - 1) & ~(os_page - 1);
-    size_t want = size + (align > os_page ? align - os_page : 0);
+    size_t want = size + (align - os_page);
     if (want < size) return NULL;
+    int saved = errno;
     /* no MAP_NORESERVE: the kernel's overcommit check must be able to say
      * no, so that an impossible malloc fails with ENOMEM as in glibc */
     void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
+    if (p == MAP_FAILED) {
+        errno = saved;
+        return NULL;
+    }
     uintptr_t start = (uintptr_t)p;
     uintptr_t aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
     if (aligned > start) munmap(p, aligned - start);
     uintptr_t end = start + want, aligned_end = aligned + size;
     if (end > aligned_end) munmap((void *)aligned_end, end - aligned_end);
+    errno = saved;
     return (void *)aligned;
 }
 
 void pm_os_unmap(void *addr, size_t size)
 {
+    int saved = errno;
     if (size) munmap(addr, size);
+    errno = saved;
 }
 
 int pm_os_release(void *addr, size_t size)
 {
-    int saved = errno;
-    int rc = madvise(addr, size, MADV_DONTNEED);
-    errno = saved;
-    return rc == 0 ? 0 : -1;
+    /* madvise rounds the length up to the kernel's page: on a kernel with
+     * pages above 8 KiB that would zero the next span's first bytes.  Only
+     * the kernel pages wholly inside the range go. */
+    uintptr_t mask = pm_os_page_size() - 1, a = (uintptr_t)addr;
+    uintptr_t lo = (a + mask) & ~mask, hi = (a + size) & ~mask;
+    int rc = 0;
+    if (hi > lo) {
+        int saved = errno;
+        rc = madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        errno = saved;
+    }
+    return rc == 0 && lo == a && hi == a + size ? 0 : -1;
 }
 
 size_t pm_os_page_size(void)
 {
-    size_t page = (size_t)getauxval(AT_PAGESZ);
-    return page ? page : 4096;
+    static _Atomic size_t cached;
+    size_t page = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!page) {
+        page = (size_t)getauxval(AT_PAGESZ);
+        if (!page) page = 4096;
+        atomic_store_explicit(&cached, page, memory_order_relaxed);
+    }
+    return page;
 }
 
 /* ---- environment ---------------------------------------------------- */

@@ -36,6 +36,8 @@ static struct {
     uint64_t nonempty[2][(LISTS + 1 + 63) / 64]; /* bit i: lists[kind][i] has a span */
     uint64_t free_pages[2];      /* pages on lists of each kind */
     uint64_t releasing_pages;
+    pm_span_t *releasing;        /* RELEASING spans, linked by next/prev */
+    uint64_t meta_pages;         /* pages turned into span structs */
     uint64_t mapped_pages;
     pm_span_t *spare;            /* unused span structs, linked by next */
     _Atomic unsigned nspare;
@@ -97,11 +99,51 @@ static void list_remove(pm_span_t *s)
 
 /* ---- span structs ----------------------------------------------------- */
 
+static pm_span_t *best_fit_locked(size_t n);
+static void spare_put_locked(pm_span_t *s);
+static void mark_ends(pm_span_t *s);
+
+/* When metadata cannot be mapped (the address space or the map count is
+ * exhausted) while the heap has free pages, span structs come from the
+ * first page of a free span: it turns into metadata for good.  Otherwise
+ * a malloc that fits a free span failed for want of a struct to describe
+ * it. */
+static int spares_from_heap(void)
+{
+    pm_lock(&ph.lock);
+    pm_span_t *s = best_fit_locked(1);
+    if (!s) {
+        pm_unlock(&ph.lock);
+        return -1;
+    }
+    list_remove(s);
+    uintptr_t page = s->page;
+    if (s->npages > 1) {
+        s->page++;
+        s->npages--;
+        mark_ends(s);
+        list_insert(s);
+    } else {
+        spare_put_locked(s);
+    }
+    pm_pagemap_set_span(page, NULL);
+    ph.meta_pages++;
+    pm_span_t *structs = addr_of(page);
+    for (size_t i = 0; i < PM_PAGE_SIZE / sizeof *structs; i++) spare_put_locked(&structs[i]);
+    pm_unlock(&ph.lock);
+    return 0;
+}
+
+/* Tops the spare structs up; fails only with fewer than the two an
+ * operation may need. */
 static int reserve_spares(void)
 {
     while (pm_relaxed_load(&ph.nspare) < SPARE_WANT) {
         pm_span_t *s = pm_meta_alloc(sizeof *s);
-        if (!s) return -1;
+        if (!s) {
+            if (spares_from_heap() == 0) continue;
+            return pm_relaxed_load(&ph.nspare) >= 2 ? 0 : -1;
+        }
         pm_lock(&ph.lock);
         s->next = ph.spare;
         ph.spare = s;
@@ -161,6 +203,7 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
 static size_t release_picked(pm_span_t **picked, size_t k);
+static void free_span(pm_span_t *s, int released);
 
 static pm_span_t *best_fit_locked(size_t n)
 {
@@ -314,6 +357,31 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     return s;
 }
 
+/* Shrinks in-use span s to its first n (>= 1) pages; the rest is freed as
+ * a span of its own (its pages returned to the OS first with `release`).
+ * Returns 0 when no span struct could be had, and s is unchanged. */
+int pm_pageheap_shrink(pm_span_t *s, size_t n, int release)
+{
+    if (n == 0 || n >= s->npages) return 0;
+    (void)reserve_spares(); /* one spare on hand is enough */
+    pm_lock(&ph.lock);
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: shrinking a span not in use");
+    if (!ph.spare) {
+        pm_unlock(&ph.lock);
+        return 0;
+    }
+    pm_span_t *t = spare_get_locked();
+    t->page = s->page + n;
+    t->npages = s->npages - n;
+    t->state = PM_SPAN_IN_USE;
+    mark_ends(t);
+    s->npages = n;
+    mark_ends(s);
+    pm_unlock(&ph.lock);
+    free_span(t, release);
+    return 1;
+}
+
 /* Grows in-use span s in place to n pages when the span right after it is
  * free (resident or not) and long enough: s takes the front of it, and
  * the rest stays free.  Returns 1 when s now has n pages, 0 when s is
@@ -348,11 +416,31 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
 
 /* ---- free and release ------------------------------------------------- */
 
+/* A span whose pages are being released (outside the lock) stays on
+ * ph.releasing, so that a fork child, where the releasing thread is gone,
+ * can take it back (pm_pageheap_unlock_all). */
+static void releasing_link_locked(pm_span_t *s)
+{
+    s->state = PM_SPAN_RELEASING;
+    ph.releasing_pages += s->npages;
+    s->prev = NULL;
+    s->next = ph.releasing;
+    if (ph.releasing) ph.releasing->prev = s;
+    ph.releasing = s;
+}
+
+static void releasing_unlink_locked(pm_span_t *s)
+{
+    if (s->prev) s->prev->next = s->next;
+    else ph.releasing = s->next;
+    if (s->next) s->next->prev = s->prev;
+    ph.releasing_pages -= s->npages;
+}
+
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
 {
     list_remove(s);
-    s->state = PM_SPAN_RELEASING;
-    ph.releasing_pages += s->npages;
+    releasing_link_locked(s);
     out[(*k)++] = s;
 }
 
@@ -387,7 +475,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     }
     pm_lock(&ph.lock);
     for (size_t i = 0; i < k; i++) {
-        ph.releasing_pages -= picked[i]->npages;
+        releasing_unlink_locked(picked[i]);
         picked[i]->state = refused[i] ? PM_SPAN_FREE : PM_SPAN_RETURNED;
         coalesce_insert_locked(picked[i]);
     }
@@ -402,12 +490,17 @@ static void free_span(pm_span_t *s, int released)
     size_t k = 0;
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
-    if (released) { /* the caller still owns s: its pages go before the lock */
+    int releasing = released;
+    if (releasing) { /* its pages go outside the lock */
+        pm_lock(&ph.lock);
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+        releasing_link_locked(s);
+        pm_unlock(&ph.lock);
         released = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0;
     }
     pm_lock(&ph.lock);
-    PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+    if (releasing) releasing_unlink_locked(s);
+    else PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     if (now > ph.now) ph.now = now;
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = released ? PM_SPAN_RETURNED : PM_SPAN_FREE};
@@ -448,7 +541,8 @@ void pm_pageheap_stats(pm_pageheap_stats_t *out)
     out->mapped = ph.mapped_pages << PM_PAGE_SHIFT;
     out->free = ph.free_pages[KIND_FREE] << PM_PAGE_SHIFT;
     out->released = (ph.free_pages[KIND_RETURNED] + ph.releasing_pages) << PM_PAGE_SHIFT;
-    out->in_use = out->mapped - out->free - out->released;
+    out->meta = ph.meta_pages << PM_PAGE_SHIFT;
+    out->in_use = out->mapped - out->free - out->released - out->meta;
     out->contention = pm_relaxed_load(&ph.lock.contended);
     pm_unlock(&ph.lock);
 }
@@ -457,6 +551,18 @@ void pm_pageheap_lock_all(void) { pm_lock(&ph.lock); }
 
 void pm_pageheap_unlock_all(int child)
 {
-    if (child) pm_lock_reset(&ph.lock);
-    else pm_unlock(&ph.lock);
+    if (!child) {
+        pm_unlock(&ph.lock);
+        return;
+    }
+    pm_lock_reset(&ph.lock);
+    /* Spans another thread was releasing when the fork came: that thread
+     * is gone here, so they go back as FREE (the release may have been
+     * partial: FREE promises nothing about contents). */
+    while (ph.releasing) {
+        pm_span_t *s = ph.releasing;
+        releasing_unlink_locked(s);
+        *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
+        coalesce_insert_locked(s);
+    }
 }

@@ -13,10 +13,11 @@
  * two, at least the OS page), or NULL. */
 void *pm_os_map(size_t size, size_t align);
 void pm_os_unmap(void *addr, size_t size);
-/* Give pages back to the OS; they read as zero when next touched.
- * addr and size: multiples of pm_os_page_size().  Returns 0, or -1 when
- * the kernel refused (pages locked by mlock/mlockall, a range not aligned
- * to the kernel's page): then the pages keep their contents. */
+/* Gives the kernel pages wholly inside [addr, addr + size) back to the OS;
+ * they read as zero when next touched.  Returns 0 when that was the whole
+ * range, else -1: the kernel refused (pages locked by mlock/mlockall), or
+ * the range is not aligned to its pages (a kernel with pages above 8 KiB),
+ * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
 

@@ -413,6 +413,160 @@ static void test_calloc_zeroed_locked(void **state)
     free(guard);
 }
 
+/* ---- the address space exhausted (RLIMIT_AS), each case in a child ----
+ * Children report on stderr and exit non-zero on the first failure. */
+
+static size_t vm_bytes(void) /* the process's address space in use now */
+{
+    size_t pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%zu", &pages) != 1) pages = 0;
+    if (f) fclose(f);
+    return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void limit_vm(size_t headroom)
+{
+    struct rlimit r = {vm_bytes() + headroom, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+        fprintf(stderr, "setrlimit failed\n");
+        _exit(9);
+    }
+}
+
+static void expect_child_ok(void (*fn)(void *))
+{
+    char out[512];
+    int status = run_in_child(fn, NULL, out, sizeof out);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child status %#x: %s", status, out);
+}
+
+/* Every malloc that succeeds leaves errno alone, also when it had to try
+ * the OS more than once; the one that fails says ENOMEM; freeing makes
+ * room again. */
+static void exhaust_errno_child(void *arg)
+{
+    (void)arg;
+    enum { MAXN = 16384 };
+    static void *got[MAXN];
+    static const size_t sizes[] = {250000, 100000, 40000, 5000};
+    /* the limit falls at a different point of a refill each time */
+    for (size_t headroom = 1 * MiB; headroom <= 3 * MiB; headroom += 96 * 1024) {
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            limit_vm(headroom);
+            int n = 0;
+            for (; n < MAXN; n++) {
+                errno = 0;
+                got[n] = malloc(sizes[k]);
+                if (!got[n]) break;
+                if (errno && pm_stats_fn) { /* glibc itself sometimes sets it */
+                    fprintf(stderr, "malloc(%zu) #%d succeeded and set errno %d\n", sizes[k], n, errno);
+                    _exit(1);
+                }
+            }
+            if (n < MAXN && errno != ENOMEM) { /* (the heap's free pages may hold MAXN) */
+                fprintf(stderr, "%d mallocs, then errno %d\n", n, errno);
+                _exit(2);
+            }
+            while (n) free(got[--n]);
+            struct rlimit r = {RLIM_INFINITY, RLIM_INFINITY};
+            setrlimit(RLIMIT_AS, &r);
+            malloc_trim(0);
+        }
+    }
+}
+
+static void test_exhausted_errno(void **state)
+{
+    (void)state;
+    expect_child_ok(exhaust_errno_child);
+}
+
+/* A realloc that shrinks a block cannot fail for want of memory: a large
+ * block that stays large shrinks in place, and a block that would move to
+ * a smaller class keeps its old place when there is none. */
+static void exhaust_shrink_child(void *arg)
+{
+    (void)arg;
+    char *big = malloc(8 * MiB), *mid = malloc(200000);
+    if (!big || !mid) _exit(1);
+    memset(big, 'b', 8 * MiB);
+    memset(mid, 'm', 200000);
+    limit_vm(0);
+    while (malloc(512)) {}
+    while (malloc(100000)) {}
+    errno = 0;
+    char *b2 = realloc(big, 1 * MiB), *m2 = realloc(mid, 6000);
+    if (!b2 || !m2) {
+        fprintf(stderr, "shrinking realloc failed: %p %p, errno %d\n", (void *)b2, (void *)m2, errno);
+        _exit(2);
+    }
+    if (errno) _exit(3);
+    for (size_t i = 0; i < 1 * MiB; i += 4096)
+        if (b2[i] != 'b') _exit(4);
+    for (size_t i = 0; i < 6000; i++)
+        if (m2[i] != 'm') _exit(5);
+}
+
+static void test_exhausted_realloc_shrinks(void **state)
+{
+    (void)state;
+    expect_child_ok(exhaust_shrink_child);
+}
+
+/* A large block shrinks where it is, as glibc's does, and its tail is
+ * memory for others (here: the next block of that size fits there). */
+static void test_realloc_shrinks_large_in_place(void **state)
+{
+    (void)state;
+    unsigned char *p = malloc(8 * MiB);
+    assert_non_null(p);
+    memset(p, 0x5A, 8 * MiB);
+    unsigned char *q = realloc(p, 1 * MiB + 5);
+    assert_ptr_equal(q, p);
+    assert_true(malloc_usable_size(q) >= 1 * MiB + 5);
+    assert_true(malloc_usable_size(q) < 2 * MiB);
+    for (size_t i = 0; i < 1 * MiB + 5; i += 4093) assert_int_equal(q[i], 0x5A);
+    unsigned char *r = realloc(q, 300 * KiB);
+    assert_ptr_equal(r, q);
+    assert_int_equal(r[300 * KiB - 1], 0x5A);
+    free(r);
+}
+
+/* Memory freed to the allocator stays usable when the address space has
+ * no room left even for the allocator's own bookkeeping: 72 MiB freed in
+ * 8 blocks, then 64 MB in 64 000 blocks of 1000 bytes (8000 spans, more
+ * than one chunk of span structs). */
+static void exhaust_reuse_child(void *arg)
+{
+    (void)arg;
+    enum { NBIG = 8, NSMALL = 64000 };
+    static void *big[NBIG], *small[NSMALL];
+    for (int i = 0; i < NBIG; i++) {
+        big[i] = malloc(9 * MiB);
+        if (!big[i]) _exit(1);
+        memset(big[i], 1, 9 * MiB);
+    }
+    limit_vm(64 * 1024);
+    for (int i = 0; i < NBIG; i++) free(big[i]);
+    malloc_trim(0);
+    for (int i = 0; i < NSMALL; i++) {
+        small[i] = malloc(1000);
+        if (!small[i]) {
+            fprintf(stderr, "malloc(1000) #%d of %d failed with 72 MiB free\n", i, NSMALL);
+            _exit(2);
+        }
+        memset(small[i], 2, 1000);
+    }
+}
+
+static void test_exhausted_reuses_free_memory(void **state)
+{
+    (void)state;
+    expect_child_ok(exhaust_reuse_child);
+}
+
 static void test_realloc_null_and_zero(void **state)
 {
     (void)state;
@@ -1200,6 +1354,10 @@ int main(void)
         cmocka_unit_test(test_calloc_zeroed_reuse_small),
         cmocka_unit_test(test_calloc_zeroed_large),
         cmocka_unit_test(test_calloc_zeroed_locked),
+        cmocka_unit_test(test_exhausted_errno),
+        cmocka_unit_test(test_exhausted_realloc_shrinks),
+        cmocka_unit_test(test_realloc_shrinks_large_in_place),
+        cmocka_unit_test(test_exhausted_reuses_free_memory),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),

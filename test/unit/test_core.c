@@ -231,7 +231,7 @@ static void test_pageheap_alloc_basic(void **state)
         assert_ptr_equal(pm_pagemap_span(s->page), s);
         assert_ptr_equal(pm_pagemap_span(s->page + n - 1), s);
         assert_int_equal(after.in_use - before.in_use, n * PAGE);
-        assert_int_equal(after.mapped, after.in_use + after.free + after.released);
+        assert_int_equal(after.mapped, after.in_use + after.free + after.released + after.meta);
         /* the memory is ours to write */
         memset(page_ptr(s->page), 0x5a, n * PAGE);
         pm_pageheap_free(s);
