@@ -273,6 +273,92 @@ static void test_pageheap_reuse(void **state)
  * lists 1-63, 64-127 and 128), then
  * the shortest long span.  The test keeps a model of the free spans and
  * checks each pick against it. */
+/* A fork while another thread releases a span's pages (outside the page
+ * heap's lock): in the child, where that thread is gone, the span must be
+ * free memory again, not lost.  The child asks for a span of the same
+ * size; the heap must not grow for it. */
+enum { RF_PAGES = (32 << 20) >> PM_PAGE_SHIFT };
+typedef struct {
+    _Atomic int stop, in_release;
+} release_fork_t;
+
+static void *release_fork_worker(void *arg)
+{
+    release_fork_t *f = arg;
+    while (!atomic_load(&f->stop)) {
+        pm_span_t *s = pm_pageheap_alloc(RF_PAGES);
+        if (!s) break;
+        volatile char *p = (char *)(s->page << PM_PAGE_SHIFT);
+        for (size_t i = 0; i < (size_t)RF_PAGES << PM_PAGE_SHIFT; i += 4096) p[i] = 1;
+        pm_pageheap_free(s);
+        atomic_store(&f->in_release, 1);
+        pm_pageheap_release_all();
+        atomic_store(&f->in_release, 0);
+    }
+    return NULL;
+}
+
+static int release_fork_child(void)
+{
+    pm_pageheap_stats_t a = ph_stats();
+    if (a.free + a.released < ((uint64_t)RF_PAGES << PM_PAGE_SHIFT)) return 0; /* it was in use */
+    pm_span_t *s = pm_pageheap_alloc(RF_PAGES);
+    if (!s) return 2;
+    pm_pageheap_stats_t b = ph_stats();
+    return b.mapped > a.mapped ? 1 : 0;
+}
+
+static void test_pageheap_fork_while_releasing(void **state)
+{
+    (void)state;
+    release_fork_t f = {0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, release_fork_worker, &f), 0);
+    int during = 0, k = 0;
+    for (; k < 400 && during < 4; k++) {
+        usleep(500 + (unsigned)(k * 7919) % 3000);
+        int in = atomic_load(&f.in_release);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) _exit(release_fork_child());
+        during += in && atomic_load(&f.in_release);
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("fork %d: child status %#x (1: the span being released was lost)", k, (unsigned)st);
+    }
+    atomic_store(&f.stop, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    print_message("    %d forks, %d while a release ran\n", k, during);
+}
+
+/* pm_os_release gives back only the kernel pages wholly inside the range
+ * (madvise would round the length up into the next bytes) and says so
+ * when that is not the whole range. */
+static void test_os_release_whole_pages(void **state)
+{
+    (void)state;
+    size_t pg = pm_os_page_size();
+    unsigned char *m = pm_os_map(4 * pg, pg);
+    assert_non_null(m);
+    memset(m, 0xAB, 4 * pg);
+    /* [pg/2, pg/2 + 2 pg): only the second page lies wholly inside */
+    assert_int_equal(pm_os_release(m + pg / 2, 2 * pg), -1);
+    for (size_t i = 0; i < 4 * pg; i++) {
+        unsigned char want = (i >= pg && i < 2 * pg) ? 0 : 0xAB;
+        if (m[i] != want) fail_msg("byte %zu is %#x, expected %#x", i, m[i], want);
+    }
+    memset(m, 0xAB, 4 * pg);
+    assert_int_equal(pm_os_release(m + pg, 2 * pg), 0); /* aligned: all of it */
+    for (size_t i = 0; i < 4 * pg; i++) {
+        unsigned char want = (i >= pg && i < 3 * pg) ? 0 : 0xAB;
+        if (m[i] != want) fail_msg("byte %zu is %#x, expected %#x", i, m[i], want);
+    }
+    assert_int_equal(pm_os_release(m + 1, pg - 2), -1); /* no whole page */
+    assert_int_equal(m[1], 0xAB);
+    pm_os_unmap(m, 4 * pg);
+}
+
 static void test_pageheap_best_fit(void **state)
 {
     (void)state;
@@ -2434,6 +2520,8 @@ int main(void)
         cmocka_unit_test(test_pageheap_aligned),
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
+        cmocka_unit_test(test_pageheap_fork_while_releasing),
+        cmocka_unit_test(test_os_release_whole_pages),
     };
     const struct CMUnitTest central[] = {
         cmocka_unit_test(test_central_get_put),
