@@ -252,6 +252,11 @@ void *pm_realloc(void *p, size_t size)
                                       memory_order_relaxed);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
             s->requested = size;
+            /* for the profiler, a free and a new block, as the move was:
+             * a 64 MiB block shrunk to 1 MiB must not stay 64 MiB live */
+            if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+            pm_tcache_t *t = thread_cache();
+            if (sample_tick(t, size)) pm_alloc_sampled(t, p, size);
             return p;
         }
     }

@@ -128,8 +128,15 @@ static int spares_from_heap(void)
     }
     pm_pagemap_set_span(page, NULL);
     ph.meta_pages++;
+    pm_unlock(&ph.lock);
+    /* written outside the lock: a released page faults in here */
     pm_span_t *structs = addr_of(page);
-    for (size_t i = 0; i < PM_PAGE_SIZE / sizeof *structs; i++) spare_put_locked(&structs[i]);
+    size_t n = PM_PAGE_SIZE / sizeof *structs;
+    for (size_t i = 0; i < n; i++) structs[i] = (pm_span_t){.next = i + 1 < n ? &structs[i + 1] : NULL};
+    pm_lock(&ph.lock);
+    structs[n - 1].next = ph.spare;
+    ph.spare = structs;
+    pm_relaxed_add(&ph.nspare, (unsigned)n);
     pm_unlock(&ph.lock);
     return 0;
 }
@@ -140,9 +147,10 @@ static int reserve_spares(void)
 {
     while (pm_relaxed_load(&ph.nspare) < SPARE_WANT) {
         pm_span_t *s = pm_meta_alloc(sizeof *s);
-        if (!s) {
+        if (!s) { /* a heap page only when an operation would otherwise fail */
+            if (pm_relaxed_load(&ph.nspare) >= 2) return 0;
             if (spares_from_heap() == 0) continue;
-            return pm_relaxed_load(&ph.nspare) >= 2 ? 0 : -1;
+            return -1;
         }
         pm_lock(&ph.lock);
         s->next = ph.spare;
@@ -499,9 +507,13 @@ static void free_span(pm_span_t *s, int released)
         released = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0;
     }
     pm_lock(&ph.lock);
-    if (releasing) releasing_unlink_locked(s);
-    else PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     if (now > ph.now) ph.now = now;
+    if (releasing) {
+        releasing_unlink_locked(s);
+        if (!released) ph.retry_ns = ph.now + PM_DECAY_NS;
+    } else {
+        PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+    }
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = released ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);

@@ -419,6 +419,40 @@ static void test_realloc_of_sampled_large_blocks(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* A large block shrunk in place is, for the profile, the old block freed
+ * and a new one of the new size: 64 MiB shrunk to 1 MiB shows 1 MiB live. */
+__attribute__((noinline)) static char *shrink_large_site(void)
+{
+    char *s = malloc((size_t)64 << 20);
+    strcpy(s, "shrink me");
+    char *t = realloc(s, (size_t)1 << 20);
+    assert_ptr_equal(t, s); /* in place */
+    return t;
+}
+
+static void test_realloc_shrinks_sampled_large_block(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    char *s = shrink_large_site();
+    tprof_t p;
+    uint64_t v[4];
+    dump_and_load(&p, "prof-shrink-large.pb.gz");
+    site_totals(&p, "shrink_large_site", v);
+    assert_int_equal(v[INUSE_OBJ], 1);
+    assert_int_equal(v[INUSE_BYTES], (uint64_t)1 << 20);
+    assert_int_equal(v[ALLOC_OBJ], 2);
+    assert_int_equal(v[ALLOC_BYTES], ((uint64_t)64 << 20) + ((uint64_t)1 << 20));
+    free_profile(&p);
+    free(s);
+    dump_and_load(&p, "prof-shrink-large.pb.gz");
+    site_totals(&p, "shrink_large_site", v);
+    assert_int_equal(v[INUSE_OBJ], 0);
+    assert_int_equal(v[INUSE_BYTES], 0);
+    free_profile(&p);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
 static void *freer(void *arg)
 {
     void **blocks = arg;
@@ -662,6 +696,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fork_child_dumps_its_own),
         cmocka_unit_test(test_realloc_of_sampled_blocks),
         cmocka_unit_test(test_realloc_of_sampled_large_blocks),
+        cmocka_unit_test(test_realloc_shrinks_sampled_large_block),
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
