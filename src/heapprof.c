@@ -500,6 +500,41 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && pm_fmt_streq(s + n - k, suffix);
 }
 
+static _Atomic uint64_t dump_seq;
+
+/* Creates the temporary a dump is written to before it is renamed over
+ * path: in path's directory (rename is atomic only within one), named
+ * .profmalloc-dump.<pid>.<n> with a per-process counter and created with
+ * O_EXCL.  So concurrent dumps to one path each write a file of their own
+ * and the last rename wins with a whole profile (with one name per pid,
+ * threads truncated and renamed each other's half-written files), no
+ * symlink at the name is followed, and the name stays short (a valid
+ * 251-byte file name had no room for a suffix). */
+static int open_temp(const char *path, char *tmp, size_t cap)
+{
+    size_t dir = 0;
+    int err = ENAMETOOLONG;
+    for (size_t i = 0; path[i]; i++)
+        if (path[i] == '/') dir = i + 1;
+    for (int tries = 0; tries < 64; tries++) {
+        pm_buf_t b;
+        if (dir >= cap - 1) break;
+        for (size_t i = 0; i < dir; i++) tmp[i] = path[i];
+        pm_buf_init(&b, tmp + dir, cap - 1 - dir, -1);
+        pm_buf_str(&b, ".profmalloc-dump.");
+        pm_buf_u64(&b, (uint64_t)pm_os_getpid());
+        pm_buf_str(&b, ".");
+        pm_buf_u64(&b, atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed));
+        if (b.truncated) break;
+        tmp[dir + b.len] = 0;
+        int fd = pm_os_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) return fd; /* EEXIST: a dead process's leftover */
+        err = EEXIST;
+    }
+    errno = err;
+    return -1;
+}
+
 PM_EXPORT int profmalloc_dump(const char *path)
 {
     if (!path || !*path) {
@@ -507,17 +542,7 @@ PM_EXPORT int profmalloc_dump(const char *path)
         return -1;
     }
     char tmp[4096];
-    pm_buf_t b;
-    pm_buf_init(&b, tmp, sizeof tmp - 1, -1);
-    pm_buf_str(&b, path);
-    pm_buf_str(&b, ".tmp.");
-    pm_buf_u64(&b, (uint64_t)pm_os_getpid());
-    if (b.truncated) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    tmp[b.len] = 0;
-    int fd = pm_os_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open_temp(path, tmp, sizeof tmp);
     if (fd < 0) return -1;
     int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
     int rc = profmalloc_dump_fd(fd, format);

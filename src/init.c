@@ -9,6 +9,7 @@
  * order of doc/design.md; parent and child release them (the child by
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
+#include "pm_pprof.h"
 
 #include <pthread.h>
 
@@ -17,6 +18,7 @@ static _Atomic int atfork_registered;
 
 static void fork_prepare(void)
 {
+    pm_pprof_lock_all();
     pm_tcache_lock_all();
     pm_heapprof_lock_all();
     pm_central_lock_all();
@@ -31,6 +33,7 @@ static void fork_release(int child)
     pm_central_unlock_all(child);
     pm_heapprof_unlock_all(child);
     pm_tcache_unlock_all(child);
+    pm_pprof_unlock_all(child);
 }
 
 static void fork_parent(void) { fork_release(0); }

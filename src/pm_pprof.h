@@ -1,7 +1,10 @@
 /* pm_pprof.h — the profile writers (pprof.c): a heap snapshot formatted as
  * pprof profile.proto (gzip container, Go's heap layout) or as gperftools'
- * legacy heap text.  Owns no state.  Never allocates with malloc, never
- * takes a lock: call it after every allocator and profiler lock is dropped. */
+ * legacy heap text.  Never allocates with malloc.  Its one lock, phdr_lock,
+ * is held across dl_iterate_phdr (whose loader lock a fork child would
+ * otherwise inherit held, so its own dump hung): the fork handler takes it
+ * first of all.  Call it after every allocator and profiler lock is
+ * dropped. */
 #ifndef PM_PPROF_H
 #define PM_PPROF_H
 
@@ -12,5 +15,7 @@
  * heap_v2 text).  Returns 0, or -1 with errno set (EINVAL for a bad
  * argument, ENOMEM when scratch memory cannot be mapped, or write(2)'s). */
 int pm_pprof_write(int fd, const pm_prof_snapshot_t *s, int format);
+void pm_pprof_lock_all(void);
+void pm_pprof_unlock_all(int child);
 
 #endif

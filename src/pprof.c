@@ -650,6 +650,20 @@ static void symbolize(writer_t *w, const struct dl_phdr_info *info,
     if (f) munmap((void *)f, flen);
 }
 
+/* Held across dl_iterate_phdr, and by the fork handler: a thread forking
+ * while another walks the loader's list would leave the child the loader's
+ * lock held for good (glibc does not reset it), and the child's own dump
+ * would wait on it forever. */
+static pm_lock_t phdr_lock = PM_LOCK_INIT;
+
+void pm_pprof_lock_all(void) { pm_lock(&phdr_lock); }
+
+void pm_pprof_unlock_all(int child)
+{
+    if (child) pm_lock_reset(&phdr_lock);
+    else pm_unlock(&phdr_lock);
+}
+
 /* dl_iterate_phdr callback: one Mapping per PT_LOAD segment of each object,
  * locations assigned to the segment that holds them, then named. */
 static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -847,7 +861,9 @@ static int write_proto(int fd, const pm_prof_snapshot_t *s, writer_t *w)
         for (uint32_t d = 0; d < s->samples[i].depth; d++)
             loc_index(w, s->samples[i].pcs[d]);
     if (writer_failed(w)) goto done;
+    pm_lock(&phdr_lock);
     dl_iterate_phdr(phdr_cb, w);
+    pm_unlock(&phdr_lock);
     if (writer_failed(w)) goto done;
 
     /* Mapping order: the executable's code segment first, because pprof

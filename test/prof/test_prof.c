@@ -20,9 +20,11 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -520,6 +522,91 @@ static void test_allocation_before_constructors(void **state)
 
 /* ---- files, formats, options ---------------------------------------------- */
 
+/* Temporaries this process's dumps left in the test directory. */
+static int leftover_temps(void)
+{
+    char prefix[64];
+    int len = snprintf(prefix, sizeof prefix, ".profmalloc-dump.%d.", (int)getpid());
+    DIR *d = opendir(g_dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, (size_t)len) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Threads dumping to one path at once: every dump succeeds, and what any
+ * of them finds at the path right after is a whole profile. */
+static void *same_path_dumper(void *arg)
+{
+    const char *path = arg;
+    for (int i = 0; i < 15; i++) {
+        if (profmalloc_dump(path) != 0) return (void *)1;
+        tprof_t p;
+        load_profile(&p, path, NULL); /* fails the test on a torn file */
+        free_profile(&p);
+    }
+    return NULL;
+}
+
+static void test_concurrent_dumps_to_one_path(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    enum { K = 800 };
+    void **keep = malloc(K * sizeof *keep);
+    for (int i = 0; i < K; i++) keep[i] = malloc(64 + (size_t)i);
+    char *path = strdup(path_in_dir("prof-same-path.pb.gz"));
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, same_path_dumper, path), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_null(r);
+    }
+    assert_int_equal(leftover_temps(), 0);
+    for (int i = 0; i < K; i++) free(keep[i]);
+    free(keep);
+    free(path);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+/* A fork while another thread dumps: the child's own dump must not wait
+ * on the loader lock the dumping thread held in the parent. */
+static void *dump_forever(void *arg)
+{
+    _Atomic int *stop = arg;
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    while (!atomic_load(stop)) profmalloc_dump_fd(fd, PROFMALLOC_FORMAT_PPROF);
+    close(fd);
+    return NULL;
+}
+
+static void test_fork_while_dumping(void **state)
+{
+    (void)state;
+    _Atomic int stop = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, dump_forever, &stop), 0);
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    for (int i = 0; i < 60; i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            alarm(3);
+            _exit(profmalloc_dump_fd(devnull, PROFMALLOC_FORMAT_PPROF) == 0 ? 0 : 1);
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("fork %d: child status %#x (SIGALRM: its dump hung)", i, (unsigned)st);
+    }
+    atomic_store(&stop, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    close(devnull);
+}
+
 static void test_dump_errors_leave_nothing(void **state)
 {
     (void)state;
@@ -535,9 +622,7 @@ static void test_dump_errors_leave_nothing(void **state)
     struct stat sb;
     assert_int_equal(stat(dir, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
-    char tmp[PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
-    assert_int_equal(access(tmp, F_OK), -1); /* no temporary left behind */
+    assert_int_equal(leftover_temps(), 0); /* no temporary left behind */
     errno = 0;
     assert_int_equal(profmalloc_dump_fd(-1, PROFMALLOC_FORMAT_PPROF), -1);
     assert_int_equal(errno, EBADF);
@@ -693,6 +778,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stack_without_frame_pointers),
         cmocka_unit_test(test_makecontext_stack),
         cmocka_unit_test(test_dump_while_threads_allocate),
+        cmocka_unit_test(test_concurrent_dumps_to_one_path),
+        cmocka_unit_test(test_fork_while_dumping),
         cmocka_unit_test(test_fork_child_dumps_its_own),
         cmocka_unit_test(test_realloc_of_sampled_blocks),
         cmocka_unit_test(test_realloc_of_sampled_large_blocks),
