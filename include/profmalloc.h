@@ -78,8 +78,9 @@ int profmalloc_dump(const char *path);
 int profmalloc_dump_fd(int fd, int format);
 
 /* Mean bytes between samples; 0 turns sampling off, 1 records every
- * allocation exactly.  The calling thread switches at once, other threads
- * at their next trip to the allocator's slow path. */
+ * allocation exactly; above INT64_MAX counts as INT64_MAX.  The calling
+ * thread switches at once, other threads at their next trip to the
+ * allocator's slow path. */
 void profmalloc_set_sample_rate(size_t bytes);
 size_t profmalloc_get_sample_rate(void);
 

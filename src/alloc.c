@@ -218,6 +218,18 @@ size_t pm_usable_size(const void *p)
     return p ? span_usable(owner(p)) : 0;
 }
 
+/* A large block that grew or shrank in place is, for the profiler, the
+ * old block freed and a new one of `size`, as a move would be: a 64 MiB
+ * block shrunk to 1 MiB must not stay 64 MiB live, nor one grown from
+ * 300 KB to 2 MiB stay 300 KB (the slack of growth within a block's
+ * pages is not re-recorded: see the comment in pm_realloc). */
+static void resample(pm_span_t *s, void *p, size_t size)
+{
+    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    pm_tcache_t *t = thread_cache();
+    if (sample_tick(t, size)) pm_alloc_sampled(t, p, size);
+}
+
 void *pm_realloc(void *p, size_t size)
 {
     if (!p) return pm_malloc_inline(size);
@@ -252,11 +264,7 @@ void *pm_realloc(void *p, size_t size)
                                       memory_order_relaxed);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
             s->requested = size;
-            /* for the profiler, a free and a new block, as the move was:
-             * a 64 MiB block shrunk to 1 MiB must not stay 64 MiB live */
-            if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
-            pm_tcache_t *t = thread_cache();
-            if (sample_tick(t, size)) pm_alloc_sampled(t, p, size);
+            resample(s, p, size);
             return p;
         }
     }
@@ -287,6 +295,7 @@ void *pm_realloc(void *p, size_t size)
             pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
             s->requested = size;
+            resample(s, p, size);
             return p;
         }
     }
@@ -331,9 +340,10 @@ void *pm_memalign(size_t align, size_t size)
     if (PM_UNLIKELY(size > PTRDIFF_MAX || align > PTRDIFF_MAX / 2)) return enomem();
     if (align <= PM_PAGE_SIZE && size <= PM_MAX_SMALL) {
         /* a class whose size is a multiple of align has aligned objects,
-         * since spans start on page boundaries */
+         * since spans start on page boundaries; the sampler and the
+         * profile see the size asked for, not the class's */
         for (unsigned cls = pm_sizeclass_of(size < align ? align : size); cls < pm_class_count; cls++)
-            if (pm_class_size[cls] % align == 0) return pm_malloc_inline(pm_class_size[cls]);
+            if (pm_class_size[cls] % align == 0) return alloc_reserve(size, pm_class_size[cls], 1, 0);
     }
     return alloc_any(size, align > PM_PAGE_SIZE ? align >> PM_PAGE_SHIFT : 1, 0);
 }

@@ -582,12 +582,28 @@ void pm_heapprof_at_exit(void)
         }
     }
     path[b.len] = 0;
-    if (b.truncated || profmalloc_dump(path) != 0) pm_os_message("PROFMALLOC_DUMP: could not write the heap profile");
+    int err = ENAMETOOLONG;
+    if (!b.truncated) {
+        if (profmalloc_dump(path) == 0) return;
+        err = errno;
+    }
+    /* which file and why (errno's number: strerror may allocate) */
+    char msg[4200];
+    pm_buf_t m;
+    pm_buf_init(&m, msg, sizeof msg - 1, -1);
+    pm_buf_str(&m, "PROFMALLOC_DUMP: could not write the heap profile to ");
+    pm_buf_str(&m, path);
+    pm_buf_str(&m, " (errno ");
+    pm_buf_u64(&m, (uint64_t)err);
+    pm_buf_str(&m, ")");
+    msg[m.len] = 0;
+    pm_os_message(msg);
 }
 
 PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
 {
     pm_init();
+    if (bytes > INT64_MAX) bytes = INT64_MAX; /* the profile's period is signed */
     pm_sampler_set_rate(bytes);
     /* the calling thread switches at once; others at their next slow path */
     pm_tcache_t *t = &pm_tls;

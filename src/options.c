@@ -14,7 +14,7 @@ pm_options_t pm_options = {
     .verbose = 0,
 };
 
-enum kind { SIZE, STRING, BOOL, UNWIND };
+enum kind { SIZE, PATTERN, BOOL, UNWIND };
 
 static const struct option {
     const char *name;
@@ -24,8 +24,8 @@ static const struct option {
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
      "mean bytes between samples; 0 off, 1 every allocation (default 512k)"},
-    {"PROFMALLOC_DUMP", STRING, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid (default: none)"},
+    {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
+     "write a heap profile here at exit; %p = pid, %% = % (default: none)"},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
      "stack unwinder: dwarf (default) or fp"},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
@@ -55,9 +55,17 @@ static void complain(const char *name, const char *value, const char *doc)
 static int parse(const struct option *o, const char *v)
 {
     switch (o->kind) {
-    case SIZE: return pm_fmt_parse_size(v, (uint64_t *)o->target);
-    case STRING:
+    case SIZE: { /* at most INT64_MAX: the profile's period is signed */
+        uint64_t n;
+        if (pm_fmt_parse_size(v, &n) != 0 || n > INT64_MAX) return -1;
+        *(uint64_t *)o->target = n;
+        return 0;
+    }
+    case PATTERN: /* a path; % only in %p and %% */
         if (!*v) return -1;
+        for (const char *s = v; *s; s++)
+            if (*s == '%' && (s[1] == 'p' || s[1] == '%')) s++;
+            else if (*s == '%') return -1;
         *(const char **)o->target = v;
         return 0;
     case BOOL:

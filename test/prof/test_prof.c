@@ -455,6 +455,66 @@ static void test_realloc_shrinks_sampled_large_block(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* Large blocks shrunk, then grown back in place (into the pages the
+ * shrink freed): at rate 1 the profile shows exactly the new sizes live. */
+__attribute__((noinline)) static void *grow_large_site(void)
+{
+    char *p = malloc((size_t)4 << 20);
+    p[0] = 1;
+    char *q = realloc(p, 300000);
+    assert_ptr_equal(q, p);
+    q = realloc(q, (size_t)2 << 20);
+    assert_ptr_equal(q, p);
+    return q;
+}
+
+static void test_realloc_grows_sampled_large_block(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    enum { N = 20 };
+    void *b[N];
+    for (int i = 0; i < N; i++) b[i] = grow_large_site();
+    tprof_t p;
+    uint64_t v[4];
+    dump_and_load(&p, "prof-grow-large.pb.gz");
+    site_totals(&p, "grow_large_site", v);
+    assert_int_equal(v[INUSE_OBJ], N);
+    assert_int_equal(v[INUSE_BYTES], (uint64_t)N << 21);
+    free_profile(&p);
+    for (int i = 0; i < N; i++) free(b[i]);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
+/* Small aligned blocks are recorded at the size asked for (aligned_alloc
+ * of 3000 bytes at 4096 takes a 4096-byte object). */
+__attribute__((noinline)) static void *aligned_site(void)
+{
+    return aligned_alloc(4096, 3000);
+}
+
+static void test_aligned_small_blocks_record_requested_size(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    enum { N = 50 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = aligned_site();
+        assert_non_null(b[i]);
+        assert_int_equal((uintptr_t)b[i] & 4095, 0);
+    }
+    tprof_t p;
+    uint64_t v[4];
+    dump_and_load(&p, "prof-aligned.pb.gz");
+    site_totals(&p, "aligned_site", v);
+    assert_int_equal(v[INUSE_OBJ], N);
+    assert_int_equal(v[INUSE_BYTES], N * 3000);
+    free_profile(&p);
+    for (int i = 0; i < N; i++) free(b[i]);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
 static void *freer(void *arg)
 {
     void **blocks = arg;
@@ -784,6 +844,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_realloc_of_sampled_blocks),
         cmocka_unit_test(test_realloc_of_sampled_large_blocks),
         cmocka_unit_test(test_realloc_shrinks_sampled_large_block),
+        cmocka_unit_test(test_realloc_grows_sampled_large_block),
+        cmocka_unit_test(test_aligned_small_blocks_record_requested_size),
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),

@@ -2427,6 +2427,25 @@ static void test_options_load(void **state)
     pm_options_load();
     assert_int_equal(pm_options.unwind_fp, 0);
     assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
+    /* % only in %p and %% */
+    setenv("PROFMALLOC_DUMP", "y.%t.heap", 1);
+    pm_options_load();
+    assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
+    setenv("PROFMALLOC_DUMP", "z%", 1);
+    pm_options_load();
+    assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
+    setenv("PROFMALLOC_DUMP", "z.%%.%p", 1);
+    pm_options_load();
+    assert_string_equal(pm_options.dump_pattern, "z.%%.%p");
+    /* sizes above INT64_MAX (the profile's period is signed) are malformed */
+    setenv("PROFMALLOC_SAMPLE_RATE", "9223372036854775808", 1);
+    setenv("PROFMALLOC_TCACHE_BYTES", "18446744073709551615", 1);
+    pm_options_load();
+    assert_int_equal(pm_options.sample_rate, 64 * 1024);
+    assert_int_equal(pm_options.tcache_bytes, saved.tcache_bytes);
+    setenv("PROFMALLOC_SAMPLE_RATE", "9223372036854775807", 1);
+    pm_options_load();
+    assert_int_equal(pm_options.sample_rate, INT64_MAX);
     unsetenv("PROFMALLOC_SAMPLE_RATE");
     unsetenv("PROFMALLOC_TCACHE_BYTES");
     unsetenv("PROFMALLOC_RELEASE_BYTES");
