@@ -43,7 +43,10 @@ static int sample_tick(pm_tcache_t *t, size_t size)
     t->countdown -= (int64_t)size;
     if (PM_LIKELY(t->countdown >= 0)) return 0;
     t->countdown = pm_sampler_next(&t->rng, rate);
-    return rate != 0 && t->state == PM_THREAD_ACTIVE;
+    /* also after the thread's cache was flushed at its exit: C++ and
+     * libraries free and allocate from their own key destructors, which
+     * may run after ours */
+    return rate != 0 && t->state != PM_THREAD_EMPTY;
 }
 
 /* ---- large blocks: whole spans of pages ------------------------------ */

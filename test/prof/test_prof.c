@@ -515,6 +515,56 @@ static void test_aligned_small_blocks_record_requested_size(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* Blocks allocated by another library's key destructor that runs after
+ * profmalloc's (the thread's cache already flushed) are sampled too. */
+static pthread_key_t late_key;
+static void *late_blocks[4];
+static _Atomic int late_n;
+
+__attribute__((noinline)) static void *late_dtor_site(void)
+{
+    void *p = malloc((size_t)1 << 20);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+static void late_dtor(void *v)
+{
+    (void)v;
+    late_blocks[atomic_fetch_add(&late_n, 1)] = late_dtor_site();
+}
+
+static void *late_thread(void *arg)
+{
+    (void)arg;
+    void *p = malloc(10); /* profmalloc's key is set before late_key's value */
+    pthread_setspecific(late_key, p);
+    return NULL;
+}
+
+static void test_sampled_after_thread_cache_flush(void **state)
+{
+    (void)state;
+    profmalloc_set_sample_rate(1);
+    assert_int_equal(pthread_key_create(&late_key, late_dtor), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, late_thread, NULL), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    }
+    assert_int_equal(atomic_load(&late_n), 4);
+    tprof_t p;
+    uint64_t v[4];
+    dump_and_load(&p, "prof-late-dtor.pb.gz");
+    site_totals(&p, "late_dtor_site", v);
+    assert_int_equal(v[INUSE_OBJ], 4);
+    assert_int_equal(v[INUSE_BYTES], (uint64_t)4 << 20);
+    free_profile(&p);
+    for (int i = 0; i < 4; i++) free(late_blocks[i]);
+    pthread_key_delete(late_key);
+    profmalloc_set_sample_rate(512 * 1024);
+}
+
 static void *freer(void *arg)
 {
     void **blocks = arg;
@@ -846,6 +896,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_realloc_shrinks_sampled_large_block),
         cmocka_unit_test(test_realloc_grows_sampled_large_block),
         cmocka_unit_test(test_aligned_small_blocks_record_requested_size),
+        cmocka_unit_test(test_sampled_after_thread_cache_flush),
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
