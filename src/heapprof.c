@@ -541,9 +541,21 @@ PM_EXPORT int profmalloc_dump(const char *path)
         errno = EINVAL;
         return -1;
     }
-    char tmp[4096];
-    int fd = open_temp(path, tmp, sizeof tmp);
-    if (fd < 0) return -1;
+    /* path buffers are mapped, not on the stack: dumps (and the exit dump)
+     * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
+    enum { TMP_CAP = 4096 };
+    char *tmp = pm_os_map(TMP_CAP, 0);
+    if (!tmp) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int fd = open_temp(path, tmp, TMP_CAP);
+    if (fd < 0) {
+        int saved = errno;
+        pm_os_unmap(tmp, TMP_CAP);
+        errno = saved;
+        return -1;
+    }
     int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
     int rc = profmalloc_dump_fd(fd, format);
     if (rc == 0) rc = pm_os_fsync(fd);
@@ -557,6 +569,7 @@ PM_EXPORT int profmalloc_dump(const char *path)
         saved = errno;
     }
     if (rc != 0) pm_os_unlink(tmp);
+    pm_os_unmap(tmp, TMP_CAP);
     errno = saved;
     return rc;
 }
@@ -566,9 +579,15 @@ void pm_heapprof_at_exit(void)
 {
     const char *pattern = pm_options.dump_pattern;
     if (!pattern) return;
-    char path[4096];
+    enum { PATH_CAP = 4096, MSG_CAP = 4200 };
+    char *path = pm_os_map(PATH_CAP + MSG_CAP, 0); /* not on a small stack */
+    if (!path) {
+        pm_os_message("PROFMALLOC_DUMP: could not write the heap profile (no memory)");
+        return;
+    }
+    char *msg = path + PATH_CAP;
     pm_buf_t b;
-    pm_buf_init(&b, path, sizeof path - 1, -1);
+    pm_buf_init(&b, path, PATH_CAP - 1, -1);
     for (const char *s = pattern; *s; s++) {
         if (s[0] == '%' && s[1] == 'p') {
             pm_buf_u64(&b, (uint64_t)pm_os_getpid());
@@ -584,13 +603,15 @@ void pm_heapprof_at_exit(void)
     path[b.len] = 0;
     int err = ENAMETOOLONG;
     if (!b.truncated) {
-        if (profmalloc_dump(path) == 0) return;
+        if (profmalloc_dump(path) == 0) {
+            pm_os_unmap(path, PATH_CAP + MSG_CAP);
+            return;
+        }
         err = errno;
     }
     /* which file and why (errno's number: strerror may allocate) */
-    char msg[4200];
     pm_buf_t m;
-    pm_buf_init(&m, msg, sizeof msg - 1, -1);
+    pm_buf_init(&m, msg, MSG_CAP - 1, -1);
     pm_buf_str(&m, "PROFMALLOC_DUMP: could not write the heap profile to ");
     pm_buf_str(&m, path);
     pm_buf_str(&m, " (errno ");
@@ -598,6 +619,7 @@ void pm_heapprof_at_exit(void)
     pm_buf_str(&m, ")");
     msg[m.len] = 0;
     pm_os_message(msg);
+    pm_os_unmap(path, PATH_CAP + MSG_CAP);
 }
 
 PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)

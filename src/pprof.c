@@ -670,13 +670,18 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     writer_t *w = data;
     const char *name = info->dlpi_name, *path = name;
-    char exe[PATH_MAX];
+    char *exe = NULL; /* mapped, not on the stack: dumps run on small stacks too */
     bool is_exe = false;
     (void)size;
     if (!name || !name[0]) {
         if (w->seen_exe) return 0;
         w->seen_exe = is_exe = true;
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe = pm_os_map(PATH_MAX, 0);
+        if (!exe) {
+            w->maps.failed = true; /* the dump fails with ENOMEM */
+            return 1;
+        }
+        ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX - 1);
         exe[n > 0 ? n : 0] = 0;
         name = exe;
         path = "/proc/self/exe";
@@ -686,6 +691,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
     char build[2 * BUILD_ID_MAX + 1] = "";
     memory_build_id(info, build);
     uint32_t file = intern(w, name), build_str = intern(w, build);
+    if (exe) pm_os_unmap(exe, PATH_MAX);
     size_t first = COUNT(w->maps, map_t);
     uintptr_t page = getauxval(AT_PAGESZ);
     if (!page || (page & (page - 1))) page = 4096;

@@ -171,9 +171,15 @@ int pm_malloc_info(int options, FILE *fp)
     profmalloc_stats_t s;
     uint64_t counts[PM_CLASS_MAX] = {0}, nfree = 0;
     collect(&s, counts);
-    char text[PM_CLASS_MAX * 80 + 1024];
+    /* mapped, not on the stack: a PTHREAD_STACK_MIN thread has ~14 KB */
+    size_t cap = PM_CLASS_MAX * 80 + 1024;
+    char *text = pm_os_map(cap, 0);
+    if (!text) {
+        errno = ENOMEM;
+        return -1;
+    }
     pm_buf_t b;
-    pm_buf_init(&b, text, sizeof text - 1, -1);
+    pm_buf_init(&b, text, cap - 1, -1);
     pm_buf_str(&b, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
         if (!counts[cls]) continue;
@@ -202,5 +208,9 @@ int pm_malloc_info(int options, FILE *fp)
     pm_buf_u64(&b, s.mapped);
     pm_buf_str(&b, "\"/>\n</malloc>\n");
     text[b.len] = 0;
-    return fputs(text, fp) < 0 ? -1 : 0;
+    int rc = fputs(text, fp) < 0 ? -1 : 0;
+    int saved = errno;
+    pm_os_unmap(text, cap);
+    errno = saved;
+    return rc;
 }

@@ -565,6 +565,36 @@ static void test_sampled_after_thread_cache_flush(void **state)
     profmalloc_set_sample_rate(512 * 1024);
 }
 
+/* Dumps and malloc_info from a thread on the smallest stack glibc allows
+ * (16 KiB, part of it static TLS): their buffers must not be on the stack
+ * (they were: malloc_info took 10 KB, the exit dump 17 KB). */
+static void *small_stack_reporter(void *arg)
+{
+    (void)arg;
+    void *p = malloc(100);
+    long ok = profmalloc_dump(path_in_dir("prof-small-stack.pb.gz")) == 0 &&
+              profmalloc_dump(path_in_dir("prof-small-stack.heap")) == 0;
+    FILE *f = fopen("/dev/null", "w");
+    ok = ok && f && malloc_info(0, f) == 0;
+    if (f) fclose(f);
+    free(p);
+    return (void *)ok;
+}
+
+static void test_reports_on_a_small_stack(void **state)
+{
+    (void)state;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    assert_int_equal(pthread_attr_setstacksize(&at, PTHREAD_STACK_MIN), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, &at, small_stack_reporter, NULL), 0);
+    void *ok = NULL;
+    assert_int_equal(pthread_join(t, &ok), 0);
+    assert_true(ok != NULL);
+    pthread_attr_destroy(&at);
+}
+
 static void *freer(void *arg)
 {
     void **blocks = arg;
@@ -897,6 +927,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_realloc_grows_sampled_large_block),
         cmocka_unit_test(test_aligned_small_blocks_record_requested_size),
         cmocka_unit_test(test_sampled_after_thread_cache_flush),
+        cmocka_unit_test(test_reports_on_a_small_stack),
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
