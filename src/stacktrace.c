@@ -269,6 +269,7 @@ static const uint8_t *open_record(const uint8_t *p, reader_t *r, bool *is64)
 
 /* ---- CIE / FDE ----------------------------------------------------------- */
 typedef struct {
+    const uint8_t *rec;               /* the record (its end: insns_end) */
     const uint8_t *insns, *insns_end; /* initial instructions */
     uint64_t code_align;
     int64_t data_align;
@@ -281,6 +282,7 @@ typedef struct {
 typedef struct {
     cie_t cie;
     uintptr_t pc_begin, pc_end;
+    const uint8_t *rec; /* the record (its end: insns_end) */
     const uint8_t *insns, *insns_end;
 } fde_t;
 
@@ -289,6 +291,7 @@ static bool parse_cie(const uint8_t *p, cie_t *cie)
     reader_t r;
     bool is64;
     if (!open_record(p, &r, &is64)) return false;
+    cie->rec = p;
     if (read_fixed(&r, is64 ? 8 : 4) != 0) return false; /* CIE id */
     uint64_t version = read_fixed(&r, 1);
     if (version != 1 && version != 3 && version != 4) return false;
@@ -361,6 +364,7 @@ static bool parse_fde(const uint8_t *p, uintptr_t dbase, fde_t *f)
     }
     f->pc_begin = begin;
     f->pc_end = begin + range;
+    f->rec = p;
     f->insns = r.p;
     f->insns_end = r.end;
     return true;
@@ -380,16 +384,40 @@ static inline uintptr_t table_field(const uint8_t *table, uintptr_t i, unsigned 
     return dbase + (uintptr_t)v;
 }
 
-/* Finds the FDE covering pc through its object's .eh_frame_hdr, whose
- * address is also the base of datarel pointers. */
-static bool find_fde(uintptr_t pc, const uint8_t *hdr, fde_t *f)
+/* The FDE record that the .eh_frame_hdr search table gives for pc (the
+ * last one starting at or below it; it may not cover pc), NULL when pc is
+ * below the first or the object has no usable table; *eh_frame: the
+ * start of .eh_frame, for a scan when there is no table. */
+static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh_frame)
 {
     uintptr_t dbase = (uintptr_t)hdr;
-    if (hdr[0] != 1) return false;
+    *eh_frame = 0;
+    if (hdr[0] != 1) return NULL;
+    if (hdr[1] == (PM_EH_PCREL | PM_EH_SDATA4) && hdr[2] == PM_EH_UDATA4 &&
+        hdr[3] == (PM_EH_DATAREL | PM_EH_SDATA4)) {
+        /* what GNU ld and lld write: 4-byte fields, entries relative to
+         * hdr (the unwinder's hot path: decoded here without the reader) */
+        uint32_t count;
+        __builtin_memcpy(&count, hdr + 8, 4);
+        const uint8_t *table = hdr + 12;
+        int64_t rel = (int64_t)(pc - dbase);
+        int32_t v;
+        __builtin_memcpy(&v, table, 4);
+        if (count == 0 || v > rel) return NULL;
+        uint32_t lo = 0, hi = count;
+        while (hi - lo > 1) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            __builtin_memcpy(&v, table + (size_t)mid * 8, 4);
+            if (v <= rel) lo = mid;
+            else hi = mid;
+        }
+        __builtin_memcpy(&v, table + (size_t)lo * 8 + 4, 4);
+        return hdr + v;
+    }
     uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
     reader_t r = {hdr + 4, hdr + 4 + 16 + 16, true};
-    uintptr_t eh_frame, count = 0;
-    if (!read_encoded(&r, frame_enc, dbase, &eh_frame)) return false;
+    uintptr_t count = 0;
+    if (!read_encoded(&r, frame_enc, dbase, eh_frame)) return NULL;
     bool have_table = count_enc != PM_EH_OMIT && table_enc != PM_EH_OMIT &&
                       read_encoded(&r, count_enc, dbase, &count);
     unsigned width = 0;
@@ -403,23 +431,31 @@ static bool find_fde(uintptr_t pc, const uint8_t *hdr, fde_t *f)
         default: break;
         }
     }
-    if (width) {
-        /* Sorted (initial location, FDE address) pairs: find the last entry
-         * whose initial location is <= pc. */
-        const uint8_t *table = r.p;
-        if (count == 0 || table_field(table, 0, width, sign, dbase) > pc) return false;
-        uintptr_t lo = 0, hi = count;
-        while (hi - lo > 1) {
-            uintptr_t mid = lo + (hi - lo) / 2;
-            if (table_field(table, 2 * mid, width, sign, dbase) <= pc)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        uintptr_t fde = table_field(table, 2 * lo + 1, width, sign, dbase);
-        if (!parse_fde((const uint8_t *)fde, dbase, f)) return false;
-        return pc >= f->pc_begin && pc < f->pc_end;
+    if (!width) return NULL; /* the caller scans from *eh_frame */
+    *eh_frame = 0;
+    /* Sorted (initial location, FDE address) pairs: find the last entry
+     * whose initial location is <= pc. */
+    const uint8_t *table = r.p;
+    if (count == 0 || table_field(table, 0, width, sign, dbase) > pc) return NULL;
+    uintptr_t lo = 0, hi = count;
+    while (hi - lo > 1) {
+        uintptr_t mid = lo + (hi - lo) / 2;
+        if (table_field(table, 2 * mid, width, sign, dbase) <= pc)
+            lo = mid;
+        else
+            hi = mid;
     }
+    return (const uint8_t *)table_field(table, 2 * lo + 1, width, sign, dbase);
+}
+
+/* Finds the FDE covering pc through its object's .eh_frame_hdr, whose
+ * address is also the base of datarel pointers. */
+static bool find_fde(uintptr_t pc, const uint8_t *hdr, fde_t *f)
+{
+    uintptr_t dbase = (uintptr_t)hdr, eh_frame;
+    const uint8_t *found = search_fde(pc, hdr, &eh_frame);
+    if (found) return parse_fde(found, dbase, f) && pc >= f->pc_begin && pc < f->pc_end;
+    if (!eh_frame) return false;
     /* No usable search table (rare: the linker could not sort it): scan
      * .eh_frame up to its zero terminator. */
     const uint8_t *p = (const uint8_t *)eh_frame;
@@ -628,12 +664,12 @@ typedef struct {
 } frame_rule_t;
 
 /* Computes the rule for PC from the FDE that covers it. */
-static void rule_from_fde(uintptr_t pc, const uint8_t *hdr, frame_rule_t *out)
+/* The rule for pc from its FDE f (found in the object whose
+ * .eh_frame_hdr is at dbase). */
+static void rule_from_fde(uintptr_t pc, const fde_t *fp, uintptr_t dbase, frame_rule_t *out)
 {
-    fde_t f;
-    uintptr_t dbase = (uintptr_t)hdr;
+    const fde_t f = *fp;
     out->result = STEP_FAIL;
-    if (!find_fde(pc, hdr, &f) || f.cie.signal) return;
     cfa_state_t init = {PM_REG_RSP, 8, false, {RULE_SAME, 0, 0}, {RULE_UNDEF, 0, 0}};
     if (!run_cfa(f.cie.insns, f.cie.insns_end, &f.cie, f.pc_begin, UINTPTR_MAX, dbase, &init, NULL))
         return;
@@ -656,8 +692,13 @@ static void rule_from_fde(uintptr_t pc, const uint8_t *hdr, frame_rule_t *out)
  * Each entry is two words written and read with relaxed atomics: data and
  * key ^ data, so a torn entry (two writers, or a reader racing a writer)
  * fails the key check and is treated as a miss.  The key mixes in the
- * address of the object's .eh_frame_hdr so that code dlopen()ed where
- * other code was unloaded does not inherit its rules.  Only rules that fit
+ * address of the object's .eh_frame_hdr and a hash of the bytes of the FDE
+ * and CIE that cover the PC (found by the search of .eh_frame_hdr on
+ * every lookup; the cache saves running the CFA programs): code dlopen()ed
+ * where other code was unloaded does not inherit its rules, also when it
+ * is a rebuilt library loaded at the same address with its .eh_frame_hdr
+ * at the same place (a plugin reloaded after a change of one function's
+ * frame got the old frame's rule, and a wrong stack).  Only rules that fit
  * the packed form are cached:
  *   bit 0 valid, bits 1-2 result, bit 3 CFA is %rbp-based, bits 4-5 %rbp
  *   rule (0 same, 1 offset, 2 undefined), bits 8-15 / 16-23 RA / %rbp
@@ -670,9 +711,60 @@ static struct {
     _Atomic uint64_t data;
 } rule_cache[PM_ST_CACHE_SIZE];
 
-static inline uint64_t cache_key(uintptr_t pc, const uint8_t *hdr)
+static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
 {
-    return (uint64_t)pc ^ ((uint64_t)(uintptr_t)hdr << 16) ^ ((uint64_t)(uintptr_t)hdr >> 3);
+    size_t n = (size_t)(end - p);
+    h ^= (uint64_t)n * 0x9e3779b97f4a7c15ull;
+    uint64_t w;
+    for (; end - p > 8; p += 8) {
+        __builtin_memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (n >= 8) { /* the last 8 bytes, overlapping the words before */
+        __builtin_memcpy(&w, end - 8, 8);
+        return ((h ^ w) * 0xff51afd7ed558ccdull) ^ (h >> 31);
+    }
+    for (; p < end; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+/* A hash of the bytes of FDE record fde and of its CIE: the rule for a PC
+ * is a function of them (and of the PC); 0 for a malformed record. */
+static uint64_t record_identity(const uint8_t *fde)
+{
+    uint32_t len, off, cie_len;
+    __builtin_memcpy(&len, fde, 4);
+    __builtin_memcpy(&off, fde + 4, 4);
+    if (len - 8 < ((uint32_t)1 << 30) && off && off <= (uintptr_t)(fde + 4)) {
+        /* 32-bit records, the common case */
+        /* the FDE's bytes, and its CIE's length and first word after the
+         * id (version, augmentation): the CIE is shared and rarely the only
+         * thing that changed */
+        const uint8_t *cie = fde + 4 - off;
+        uint64_t head;
+        __builtin_memcpy(&cie_len, cie, 4);
+        __builtin_memcpy(&head, cie + 8, 8);
+        if (cie_len - 8 < ((uint32_t)1 << 30))
+            return hash_bytes(fde, fde + 4 + len, ((uint64_t)cie_len << 32) ^ head) | 1;
+    }
+    reader_t r;
+    bool is64;
+    const uint8_t *end = open_record(fde, &r, &is64);
+    if (!end) return 0;
+    const uint8_t *id_field = r.p;
+    uint64_t cie_off = read_fixed(&r, is64 ? 8 : 4);
+    if (!r.ok || cie_off == 0 || cie_off > (uintptr_t)id_field) return 0;
+    const uint8_t *cie = id_field - cie_off;
+    reader_t c;
+    const uint8_t *cie_end = open_record(cie, &c, &is64);
+    if (!cie_end) return 0;
+    return hash_bytes(cie, cie_end, hash_bytes(fde, end, 0)) | 1;
+}
+
+static inline uint64_t cache_key(uintptr_t pc, const uint8_t *hdr, uint64_t ident)
+{
+    return (uint64_t)pc ^ ((uint64_t)(uintptr_t)hdr << 16) ^ ((uint64_t)(uintptr_t)hdr >> 3) ^ ident;
 }
 
 static inline uint32_t cache_slot(uintptr_t pc)
@@ -729,7 +821,16 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
         return;
     }
     const uint8_t *hdr = obj.dlfo_eh_frame;
-    uint64_t key = cache_key(pc, hdr);
+    uintptr_t dbase = (uintptr_t)hdr, eh_frame;
+    fde_t f;
+    const uint8_t *rec = search_fde(pc, hdr, &eh_frame);
+    uint64_t ident = rec ? record_identity(rec) : 0;
+    if (!ident) { /* no search table (or a malformed record): uncached */
+        if (find_fde(pc, hdr, &f) && !f.cie.signal) rule_from_fde(pc, &f, dbase, r);
+        else r->result = STEP_FAIL;
+        return;
+    }
+    uint64_t key = cache_key(pc, hdr, ident);
     uint32_t slot = cache_slot(pc);
     uint64_t kx = atomic_load_explicit(&rule_cache[slot].key_x_data, memory_order_relaxed);
     uint64_t d = atomic_load_explicit(&rule_cache[slot].data, memory_order_relaxed);
@@ -737,7 +838,10 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
         unpack_rule(d, r);
         return;
     }
-    rule_from_fde(pc, hdr, r);
+    if (parse_fde(rec, dbase, &f) && pc >= f.pc_begin && pc < f.pc_end && !f.cie.signal)
+        rule_from_fde(pc, &f, dbase, r);
+    else
+        r->result = STEP_FAIL;
     d = pack_rule(r);
     if (d) {
         atomic_store_explicit(&rule_cache[slot].data, d, memory_order_relaxed);

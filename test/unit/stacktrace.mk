@@ -24,11 +24,19 @@ $(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_ch
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
-$(BUILD)/test/test_stacktrace: $(ST_OBJS)
+$(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so
 	@mkdir -p $(@D)
-	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread
+	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread -ldl
+
+# two builds of one plugin that differ only in a frame size (the reload test)
+$(ST_DIR)/plug_a.so: test/unit/reload_plug.S
+	@mkdir -p $(@D)
+	$(CC) -shared -nostdlib -DFRAME=8 $< -o $@
+$(ST_DIR)/plug_b.so: test/unit/reload_plug.S
+	@mkdir -p $(@D)
+	$(CC) -shared -nostdlib -DFRAME=120 $< -o $@
 
 .PHONY: check-stacktrace
 CHECK_TARGETS += check-stacktrace
 check-stacktrace: $(BUILD)/test/test_stacktrace
-	$(BUILD)/test/test_stacktrace
+	ST_PLUG_DIR=$(ST_DIR) $(BUILD)/test/test_stacktrace

@@ -4,6 +4,7 @@
  * each sit in their own section, so a PC can be checked against the
  * linker's __start_<section>/__stop_<section> symbols. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <link.h>
 #include <execinfo.h>
 #include <malloc.h>
@@ -14,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,6 +59,8 @@ RANGE(st_asm_mix)
 RANGE(st_asm_expr)
 RANGE(st_asm_bad)
 RANGE(st_ctor)
+RANGE(st_reload_cb)
+RANGE(st_reload_caller)
 
 static volatile int sink;
 
@@ -688,6 +692,68 @@ static void test_concurrent_dlopen(void **state)
     assert_int_equal(dl_bad, 0);
 }
 
+/* A plugin reloaded at the same address after a rebuild that changed one
+ * frame's size: the unwinder must use the new library's rule, not one it
+ * cached for the old library's code at the same PC (that gave a garbage
+ * caller and lost the rest of the stack). */
+static uintptr_t reload_pcs[MAXF];
+static int reload_n;
+
+FN_IN(st_reload_cb) static void reload_cb(void)
+{
+    reload_n = pm_stacktrace_capture(reload_pcs, MAXF, 0);
+    sink++;
+}
+
+FN_IN(st_reload_caller) static int reload_call(void *h)
+{
+    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plug_call");
+    if (!call) return -1;
+    call(reload_cb);
+    sink++;
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    char cmd[4 * PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.new' && mv '%s.new' '%s'", from, to, to, to);
+    return system(cmd);
+}
+
+static void test_reload_same_address(void **state)
+{
+    (void)state;
+    const char *dir = getenv("ST_PLUG_DIR");
+    if (!dir) skip();
+    char a[PATH_MAX], b[PATH_MAX], plug[PATH_MAX];
+    snprintf(a, sizeof a, "%s/plug_a.so", dir);
+    snprintf(b, sizeof b, "%s/plug_b.so", dir);
+    snprintf(plug, sizeof plug, "%s/plug.so", dir);
+    void *first = NULL;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(copy_file(round ? b : a, plug), 0);
+        void *h = dlopen(plug, RTLD_NOW | RTLD_LOCAL);
+        assert_non_null(h);
+        void *fn = dlsym(h, "plug_call");
+        if (round == 0) first = fn;
+        else if (fn != first) {
+            dlclose(h);
+            skip(); /* not reloaded at the same address: nothing to test */
+        }
+        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        assert_int_equal(reload_call(h), 0);
+        /* reload_cb, plug_call, reload_call, ... */
+        assert_true(reload_n >= 3);
+        assert_true(in_st_reload_cb(reload_pcs[0]));
+        assert_true((uintptr_t)reload_pcs[1] > (uintptr_t)fn && reload_pcs[1] < (uintptr_t)fn + 64);
+        if (!in_st_reload_caller(reload_pcs[2]))
+            fail_msg("round %d: the plugin's caller is %#lx, not reload_call", round,
+                     (unsigned long)reload_pcs[2]);
+        dlclose(h);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -707,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_constructor),
         cmocka_unit_test(test_no_malloc),
         cmocka_unit_test(test_concurrent_dlopen),
+        cmocka_unit_test(test_reload_same_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

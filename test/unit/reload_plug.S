@@ -1,0 +1,18 @@
+/* reload_plug.S: a "plugin" for test_stacktrace's reload test, built
+ * twice (FRAME=8 and FRAME=120) into two libraries of the same layout:
+ * plug_call(fn) calls fn with a frame of FRAME bytes, so the two builds
+ * differ only in the CFA offset of their one FDE. */
+	.text
+	.globl plug_call
+	.type plug_call, @function
+plug_call:
+	.cfi_startproc
+	sub $FRAME, %rsp
+	.cfi_def_cfa_offset (FRAME + 8)
+	call *%rdi
+	add $FRAME, %rsp
+	.cfi_def_cfa_offset 8
+	ret
+	.cfi_endproc
+	.size plug_call, .-plug_call
+	.section .note.GNU-stack, "", @progbits
