@@ -388,7 +388,8 @@ static inline uintptr_t table_field(const uint8_t *table, uintptr_t i, unsigned 
  * last one starting at or below it; it may not cover pc), NULL when pc is
  * below the first or the object has no usable table; *eh_frame: the
  * start of .eh_frame, for a scan when there is no table. */
-static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh_frame)
+static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh_frame,
+                                 uint32_t *hint)
 {
     uintptr_t dbase = (uintptr_t)hdr;
     *eh_frame = 0;
@@ -404,7 +405,13 @@ static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh
         int32_t v;
         __builtin_memcpy(&v, table, 4);
         if (count == 0 || v > rel) return NULL;
-        uint32_t lo = 0, hi = count;
+        uint32_t lo = 0, hi = count, h = *hint;
+        if (h < count) { /* the entry found last time for this PC? */
+            int32_t next = INT32_MAX;
+            __builtin_memcpy(&v, table + (size_t)h * 8, 4);
+            if (h + 1 < count) __builtin_memcpy(&next, table + (size_t)(h + 1) * 8, 4);
+            if (v <= rel && (h + 1 == count || next > rel)) lo = hi = h;
+        }
         while (hi - lo > 1) {
             uint32_t mid = lo + (hi - lo) / 2;
             __builtin_memcpy(&v, table + (size_t)mid * 8, 4);
@@ -412,6 +419,7 @@ static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh
             else hi = mid;
         }
         __builtin_memcpy(&v, table + (size_t)lo * 8 + 4, 4);
+        *hint = lo;
         return hdr + v;
     }
     uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
@@ -453,7 +461,8 @@ static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh
 static bool find_fde(uintptr_t pc, const uint8_t *hdr, fde_t *f)
 {
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
-    const uint8_t *found = search_fde(pc, hdr, &eh_frame);
+    uint32_t hint = UINT32_MAX;
+    const uint8_t *found = search_fde(pc, hdr, &eh_frame, &hint);
     if (found) return parse_fde(found, dbase, f) && pc >= f->pc_begin && pc < f->pc_end;
     if (!eh_frame) return false;
     /* No usable search table (rare: the linker could not sort it): scan
@@ -709,6 +718,7 @@ static void rule_from_fde(uintptr_t pc, const fde_t *fp, uintptr_t dbase, frame_
 static struct {
     _Atomic uint64_t key_x_data;
     _Atomic uint64_t data;
+    _Atomic uint32_t hint; /* search table index found last: checked before use */
 } rule_cache[PM_ST_CACHE_SIZE];
 
 static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
@@ -823,7 +833,10 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
     const uint8_t *hdr = obj.dlfo_eh_frame;
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
     fde_t f;
-    const uint8_t *rec = search_fde(pc, hdr, &eh_frame);
+    uint32_t slot = cache_slot(pc);
+    uint32_t hint = atomic_load_explicit(&rule_cache[slot].hint, memory_order_relaxed);
+    const uint8_t *rec = search_fde(pc, hdr, &eh_frame, &hint);
+    atomic_store_explicit(&rule_cache[slot].hint, hint, memory_order_relaxed);
     uint64_t ident = rec ? record_identity(rec) : 0;
     if (!ident) { /* no search table (or a malformed record): uncached */
         if (find_fde(pc, hdr, &f) && !f.cie.signal) rule_from_fde(pc, &f, dbase, r);
@@ -831,7 +844,6 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
         return;
     }
     uint64_t key = cache_key(pc, hdr, ident);
-    uint32_t slot = cache_slot(pc);
     uint64_t kx = atomic_load_explicit(&rule_cache[slot].key_x_data, memory_order_relaxed);
     uint64_t d = atomic_load_explicit(&rule_cache[slot].data, memory_order_relaxed);
     if ((d & 1) && (kx ^ d) == key) {
