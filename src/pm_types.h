@@ -87,7 +87,7 @@ typedef struct pm_tcache {
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
     void *prof_sites[8];            /* the profiler's recently used buckets */
-    struct pm_tcache *next, *prev;  /* registry, under pm_tcache registry lock */
+    struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;
 
 /* ---- central free list, one per size class ----------------------------

@@ -16,6 +16,7 @@
  * lists themselves belong to their thread and need no lock. */
 #include "pm_internal.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 
 PM_TLS pm_tcache_t pm_tls;
@@ -32,9 +33,27 @@ PM_TLS pm_tcache_t pm_tls;
 #define MAX_OVERFLOWS 3
 #define FIRST_LEN 4      /* a list's length limit at its first use */
 
+/* The registry of live thread caches.  Its nodes live in metadata memory,
+ * not in the threads' TLS: a thread whose first allocation comes in its
+ * last round of key destructors registers but never gets its exit call
+ * (glibc calls no destructor set in that round), and a registry of TLS
+ * addresses kept the dead thread's cache, whose memory then became
+ * another thread's (a cycle: stats hung) or was unmapped (stats crashed).
+ * Each node holds a robust mutex that its thread locks for life: when a
+ * thread dies without unlocking it, the kernel marks the owner dead in the
+ * mutex word, and the next walk of the registry drops the node without
+ * touching the dead thread's memory (its cached blocks and its budget are
+ * lost: such a thread only ever allocated in its last destructor round). */
+typedef struct pm_treg {
+    pthread_mutex_t alive;
+    pm_tcache_t *t;
+    struct pm_treg *next, *prev;
+} pm_treg_t;
+
 static pm_lock_t reg_lock = PM_LOCK_INIT;
-static pm_tcache_t *threads;           /* registry, under reg_lock */
-static pm_tcache_t *steal_cursor;      /* next victim, under reg_lock */
+static pm_treg_t *threads;             /* registry, under reg_lock */
+static pm_treg_t *steal_cursor;        /* next victim, under reg_lock */
+static pm_treg_t *spare_nodes;         /* linked by next, under reg_lock */
 static uint64_t nthreads;
 static _Atomic int64_t unclaimed;      /* global budget not given to a thread */
 static pthread_key_t exit_key;
@@ -55,6 +74,39 @@ static size_t claim(size_t want)
     return 0;
 }
 
+/* Does the node's thread live?  The robust mutex word holds the owner's
+ * TID while it lives; the kernel clears it (setting FUTEX_OWNER_DIED) when
+ * the owner dies holding it. */
+static int node_alive(pm_treg_t *n)
+{
+    int w = __atomic_load_n(&n->alive.__data.__lock, __ATOMIC_ACQUIRE);
+    return (w & FUTEX_TID_MASK) != 0;
+}
+
+static void node_unlink_locked(pm_treg_t *n)
+{
+    if (n->prev) n->prev->next = n->next;
+    else threads = n->next;
+    if (n->next) n->next->prev = n->prev;
+    if (steal_cursor == n) steal_cursor = n->next;
+    nthreads--;
+    n->next = spare_nodes;
+    spare_nodes = n;
+}
+
+/* Takes the mutex of a fresh or recycled node for the calling thread. */
+static void node_claim(pm_treg_t *n, pm_tcache_t *t)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&n->alive, &a);
+    pthread_mutexattr_destroy(&a);
+    pthread_mutex_lock(&n->alive);
+    n->t = t;
+    t->reg = n;
+}
+
 void pm_tcache_thread_start(pm_tcache_t *t)
 {
     size_t budget = claim(START_BUDGET);
@@ -70,12 +122,21 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     t->countdown = pm_sampler_next(&t->rng, t->sample_rate);
     t->state = PM_THREAD_ACTIVE;
     pm_lock(&reg_lock);
-    t->prev = NULL;
-    t->next = threads;
-    if (threads) threads->prev = t;
-    threads = t;
-    nthreads++;
+    pm_treg_t *n = spare_nodes;
+    if (n) spare_nodes = n->next;
     pm_unlock(&reg_lock);
+    if (!n) n = pm_meta_alloc(sizeof *n); /* NULL: the thread stays out of the stats */
+    t->reg = NULL;
+    if (n) {
+        node_claim(n, t);
+        pm_lock(&reg_lock);
+        n->prev = NULL;
+        n->next = threads;
+        if (threads) threads->prev = n;
+        threads = n;
+        nthreads++;
+        pm_unlock(&reg_lock);
+    }
     pthread_setspecific(exit_key, t);
 }
 
@@ -146,9 +207,15 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
     int ok = 0;
     pm_lock(&reg_lock);
     for (uint64_t tries = 0; tries < nthreads && !ok; tries++) {
-        pm_tcache_t *v = steal_cursor ? steal_cursor : threads;
-        steal_cursor = v ? v->next : NULL;
-        if (!v || v == t) continue;
+        pm_treg_t *n = steal_cursor ? steal_cursor : threads;
+        steal_cursor = n ? n->next : NULL;
+        if (!n) continue;
+        if (!node_alive(n)) {
+            node_unlink_locked(n);
+            continue;
+        }
+        pm_tcache_t *v = n->t;
+        if (v == t) continue;
         size_t vb = atomic_load(&v->budget);
         size_t vc = atomic_load_explicit(&v->capacity, memory_order_relaxed);
         if (vb >= MIN_BUDGET + want && vb - want >= vc) {
@@ -270,11 +337,11 @@ void pm_tcache_thread_exit(void *arg)
     if (t != &pm_tls || t->state != PM_THREAD_ACTIVE) return;
     pm_tcache_flush_all(t);
     pm_lock(&reg_lock);
-    if (t->prev) t->prev->next = t->next;
-    else threads = t->next;
-    if (t->next) t->next->prev = t->prev;
-    if (steal_cursor == t) steal_cursor = t->next;
-    nthreads--;
+    if (t->reg) {
+        node_unlink_locked(t->reg);
+        pthread_mutex_unlock(&t->reg->alive); /* no waiters: no syscall */
+        t->reg = NULL;
+    }
     pm_unlock(&reg_lock);
     atomic_fetch_add(&unclaimed, (int64_t)atomic_load(&t->budget));
     atomic_store(&t->budget, 0);
@@ -284,9 +351,15 @@ void pm_tcache_thread_exit(void *arg)
 void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *nthreads_out)
 {
     pm_lock(&reg_lock);
-    for (pm_tcache_t *t = threads; t; t = t->next)
+    for (pm_treg_t *n = threads, *next; n; n = next) {
+        next = n->next;
+        if (!node_alive(n)) {
+            node_unlink_locked(n);
+            continue;
+        }
         for (unsigned cls = 1; cls < pm_class_count; cls++)
-            counts[cls] += ((volatile pm_tlist_t *)&t->list[cls])->len;
+            counts[cls] += ((volatile pm_tlist_t *)&n->t->list[cls])->len;
+    }
     *nthreads_out = nthreads;
     pm_unlock(&reg_lock);
 }
@@ -308,11 +381,15 @@ void pm_tcache_unlock_all(int child)
     steal_cursor = NULL;
     nthreads = 0;
     int64_t budget = (int64_t)pm_options.tcache_bytes;
-    if (self->state == PM_THREAD_ACTIVE) {
-        self->next = self->prev = NULL;
-        threads = self;
+    if (self->state == PM_THREAD_ACTIVE && self->reg) {
+        /* the child's thread takes its node's mutex anew (the parent's
+         * thread held it; the child has its own TID and robust list) */
+        pm_treg_t *n = self->reg;
+        node_claim(n, self);
+        n->next = n->prev = NULL;
+        threads = n;
         nthreads = 1;
-        budget -= (int64_t)atomic_load(&self->budget);
     }
+    if (self->state == PM_THREAD_ACTIVE) budget -= (int64_t)atomic_load(&self->budget);
     atomic_store(&unclaimed, budget);
 }

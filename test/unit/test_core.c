@@ -1476,6 +1476,65 @@ static void *slowstart_thread(void *arg)
     return NULL;
 }
 
+/* A thread whose first allocation comes in its last round of key
+ * destructors: glibc never calls profmalloc's exit hook for it.  Its cache
+ * must not stay in the registry as a pointer into its dead TLS: with the
+ * thread's stack reused by the next thread the registry became a cycle and
+ * stats hung; with the stack unmapped, stats crashed. */
+static pthread_key_t lr_key;
+static __thread int lr_rounds;
+static void *lr_last;
+
+static void lr_dtor(void *v)
+{
+    if (++lr_rounds < 4) { /* PTHREAD_DESTRUCTOR_ITERATIONS in glibc */
+        pthread_setspecific(lr_key, v); /* once more, in the next round */
+        return;
+    }
+    void *p = pm_malloc(64); /* the thread's first allocation */
+    pm_free(lr_last);
+    lr_last = p;
+}
+
+static void *lr_thread(void *arg)
+{
+    pthread_setspecific(lr_key, (void *)1);
+    return arg;
+}
+
+static void late_registration_child(void *arg)
+{
+    (void)arg;
+    if (pthread_key_create(&lr_key, lr_dtor) != 0) _exit(3);
+    for (int i = 0; i < 3; i++) { /* glibc reuses the stack (and TLS) */
+        pthread_t t;
+        if (pthread_create(&t, NULL, lr_thread, NULL) || pthread_join(t, NULL)) _exit(3);
+    }
+    profmalloc_stats_t s;
+    pm_stats_collect(&s); /* hung here */
+    /* a thread on a stack of our own, unmapped after it ends */
+    size_t sz = 256 * 1024;
+    void *stack = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstack(&at, stack, sz);
+    pthread_t t;
+    if (pthread_create(&t, &at, lr_thread, NULL) || pthread_join(t, NULL)) _exit(3);
+    munmap(stack, sz);
+    pm_stats_collect(&s); /* crashed here */
+    if (s.threads != 1) _exit(4); /* only this one lives */
+    for (int i = 0; i < 100; i++) pm_free(pm_malloc(100000)); /* budget walks too */
+    _exit(0);
+}
+
+static void test_tcache_registration_in_last_destructor_round(void **state)
+{
+    (void)state;
+    char out[256];
+    int st = run_in_child(late_registration_child, NULL, out, sizeof out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("child status %#x: %s", (unsigned)st, out);
+}
+
 static void test_tcache_fresh_thread_and_slow_start(void **state)
 {
     (void)state;
@@ -2555,6 +2614,7 @@ int main(void)
     const struct CMUnitTest tcache[] = {
         cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
         cmocka_unit_test(test_tcache_len_within_max_len),
+        cmocka_unit_test(test_tcache_registration_in_last_destructor_round),
         cmocka_unit_test(test_tcache_consumer_keeps_newest),
         cmocka_unit_test(test_tcache_exit_flushes),
         cmocka_unit_test(test_tcache_dead_thread),
