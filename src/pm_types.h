@@ -79,7 +79,6 @@ typedef struct pm_tcache {
     /* slow-path state */
     uint16_t overflows[PM_CLASS_MAX];
     uint8_t active[PM_CLASS_MAX];     /* refilled or overflowed since the last scavenge */
-    uint8_t overflowed[PM_CLASS_MAX]; /* overflowed since the last scavenge (tcache.c) */
     _Atomic size_t capacity;        /* the owner writes it; thieves read it (tcache.c) */
     _Atomic size_t budget;
     uint64_t rng;                   /* sampler state */

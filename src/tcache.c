@@ -230,8 +230,7 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
 
 /* Halves the lists that saw no refill or overflow since the last call:
  * their blocks sit idle while other classes want the budget (a program
- * that moved on from one size to another).  Every list must overflow again
- * before a refill grows it past a batch. */
+ * that moved on from one size to another). */
 static size_t scavenge(pm_tcache_t *t)
 {
     size_t before = t->capacity;
@@ -244,7 +243,6 @@ static size_t scavenge(pm_tcache_t *t)
             if (l->len > keep) release(l, cls, l->len - keep);
         }
         t->active[cls] = 0;
-        t->overflowed[cls] = 0;
     }
     return before - t->capacity;
 }
@@ -291,13 +289,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     if (!chain) return NULL;
     l->head = *(void **)chain;
     l->len = got - 1;
-    /* Past a batch, a longer limit only lets frees keep more objects (a
-     * refill never fetches more than a batch), so the list grows there
-     * only once it has overflowed: a thread that only allocates (a
-     * producer) kept growing a limit it never filled, up to 437 batches,
-     * and held budget no other thread could use. */
-    if (l->max_len < batch || t->overflowed[cls]) grow_list(t, cls, growth(l->max_len, batch));
-    else t->active[cls] = 1;
+    grow_list(t, cls, growth(l->max_len, batch));
     return chain;
 }
 
@@ -311,7 +303,6 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
         if (l->len <= l->max_len) return;
     }
     t->active[cls] = 1;
-    t->overflowed[cls] = 1;
     release(l, cls, l->len < batch ? l->len : batch);
     if (l->max_len > batch && ++t->overflows[cls] > MAX_OVERFLOWS) {
         l->max_len -= batch;
