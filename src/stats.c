@@ -103,8 +103,10 @@ struct mallinfo2 pm_mallinfo2(void)
     return (struct mallinfo2){
         .arena = s.mapped - s.metadata,
         .ordblks = 1,
-        .hblks = large_n,
-        .hblkhd = large,
+        /* no block has a mapping of its own, as glibc's mmapped chunks do:
+         * uordblks (every byte in use) + hblkhd must count each byte once */
+        .hblks = 0,
+        .hblkhd = 0,
         .uordblks = s.in_use,
         .fordblks = free_bytes,
         .fsmblks = s.thread_cache + s.central_cache,
@@ -163,10 +165,7 @@ static void xml_total(pm_buf_t *b, const char *type, uint64_t count, uint64_t si
 
 int pm_malloc_info(int options, FILE *fp)
 {
-    if (options != 0) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (options != 0) return EINVAL; /* as glibc's code does (its manual says -1) */
     /* free small blocks by size class, as glibc lists its free chunks by bin */
     profmalloc_stats_t s;
     uint64_t counts[PM_CLASS_MAX] = {0}, nfree = 0;
