@@ -257,12 +257,15 @@ void *pm_realloc(void *p, size_t size)
         return p;
     }
     /* A large block that stays large shrinks in place, as glibc's does: its
-     * tail pages go back to the page heap (to the OS at once for a big
-     * block, as the move it replaces did), with no copy and nothing to
-     * allocate, so it works when memory is exhausted. */
+     * tail pages go back to the page heap as free resident pages (the
+     * release policy returns them like any others), with no copy and
+     * nothing to allocate, so it works when memory is exhausted.  Returning
+     * the tail to the OS at once made a shrink-then-grow-back loop of
+     * 0.3-4.3 MB blocks fault 1.07 M pages in 2.3 s (glibc: 0.84 s); kept
+     * resident, 44 k faults in 0.40 s, at the same peak RSS. */
     if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
         size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        if (pm_pageheap_shrink(s, n, old >= PM_BIG_MOVE)) {
+        if (pm_pageheap_shrink(s, n, 0)) {
             atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - n) << PM_PAGE_SHIFT,
                                       memory_order_relaxed);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
