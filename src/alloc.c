@@ -265,7 +265,7 @@ void *pm_realloc(void *p, size_t size)
      * resident, 44 k faults in 0.40 s, at the same peak RSS. */
     if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
         size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        if (pm_pageheap_shrink(s, n, 0)) {
+        if (pm_pageheap_shrink(s, n)) {
             atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - n) << PM_PAGE_SHIFT,
                                       memory_order_relaxed);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */

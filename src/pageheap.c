@@ -366,9 +366,9 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
 }
 
 /* Shrinks in-use span s to its first n (>= 1) pages; the rest is freed as
- * a span of its own (its pages returned to the OS first with `release`).
- * Returns 0 when no span struct could be had, and s is unchanged. */
-int pm_pageheap_shrink(pm_span_t *s, size_t n, int release)
+ * a span of its own.  Returns 0 when no span struct could be had, and s is
+ * unchanged. */
+int pm_pageheap_shrink(pm_span_t *s, size_t n)
 {
     if (n == 0 || n >= s->npages) return 0;
     (void)reserve_spares(); /* one spare on hand is enough */
@@ -386,7 +386,7 @@ int pm_pageheap_shrink(pm_span_t *s, size_t n, int release)
     s->npages = n;
     mark_ends(s);
     pm_unlock(&ph.lock);
-    free_span(t, release);
+    free_span(t, 0);
     return 1;
 }
 

@@ -117,7 +117,7 @@ void pm_pageheap_free(pm_span_t *s);
  * moved away from). */
 void pm_pageheap_free_released(pm_span_t *s);
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
-int pm_pageheap_shrink(pm_span_t *s, size_t npages, int release); /* 1: s shrank */
+int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;
