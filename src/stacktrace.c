@@ -701,8 +701,8 @@ static void rule_from_fde(uintptr_t pc, const fde_t *fp, uintptr_t dbase, frame_
  * Each entry is two words written and read with relaxed atomics: data and
  * key ^ data, so a torn entry (two writers, or a reader racing a writer)
  * fails the key check and is treated as a miss.  The key mixes in the
- * address of the object's .eh_frame_hdr and a hash of the bytes of the FDE
- * and CIE that cover the PC (found by the search of .eh_frame_hdr on
+ * address of the object's .eh_frame_hdr and the address and a hash of the
+ * bytes of the FDE (and CIE head) that cover the PC (found by the search of .eh_frame_hdr on
  * every lookup; the cache saves running the CFA programs): code dlopen()ed
  * where other code was unloaded does not inherit its rules, also when it
  * is a rebuilt library loaded at the same address with its .eh_frame_hdr
@@ -838,6 +838,9 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
     const uint8_t *rec = search_fde(pc, hdr, &eh_frame, &hint);
     atomic_store_explicit(&rule_cache[slot].hint, hint, memory_order_relaxed);
     uint64_t ident = rec ? record_identity(rec) : 0;
+    /* and where the FDE is: its pc_begin and CIE pointer are relative to
+     * it, so the same bytes moved with the code describe other PCs */
+    if (ident) ident ^= ((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ull) | 1;
     if (!ident) { /* no search table (or a malformed record): uncached */
         if (find_fde(pc, hdr, &f) && !f.cie.signal) rule_from_fde(pc, &f, dbase, r);
         else r->result = STEP_FAIL;

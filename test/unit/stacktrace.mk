@@ -24,7 +24,8 @@ $(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_ch
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
-$(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so
+$(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so \
+		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread -ldl
 
@@ -35,6 +36,13 @@ $(ST_DIR)/plug_a.so: test/unit/reload_plug.S
 $(ST_DIR)/plug_b.so: test/unit/reload_plug.S
 	@mkdir -p $(@D)
 	$(CC) -shared -nostdlib -DFRAME=120 $< -o $@
+# two builds whose FDE for plug_call has the same bytes at another place
+$(ST_DIR)/plug_m1.so: test/unit/reload_move.S
+	@mkdir -p $(@D)
+	$(CC) -shared -nostdlib -DV=1 $< -o $@
+$(ST_DIR)/plug_m2.so: test/unit/reload_move.S
+	@mkdir -p $(@D)
+	$(CC) -shared -nostdlib -DV=2 $< -o $@
 
 .PHONY: check-stacktrace
 CHECK_TARGETS += check-stacktrace
