@@ -12,6 +12,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/auxv.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -823,6 +825,32 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
     }
 }
 
+/* The unwind tables of the main program, of libc and of this library,
+ * which are never unloaded (an allocator is loaded at start-up): their
+ * rules need no FDE check.  libc is found through abort's address (in a
+ * non-PIE program that takes it, that is a PLT stub in the program: then
+ * only the program is found, which is still right). */
+static const uint8_t *_Atomic pinned_hdr[3];
+static _Atomic int pinned_known;
+
+static bool pinned(const uint8_t *hdr)
+{
+    if (!atomic_load_explicit(&pinned_known, memory_order_acquire)) {
+        struct dl_find_object o;
+        uintptr_t entry = (uintptr_t)getauxval(AT_ENTRY); /* _start */
+        if (entry && _dl_find_object((void *)entry, &o) == 0)
+            atomic_store_explicit(&pinned_hdr[0], o.dlfo_eh_frame, memory_order_relaxed);
+        if (_dl_find_object((void *)&abort, &o) == 0)
+            atomic_store_explicit(&pinned_hdr[1], o.dlfo_eh_frame, memory_order_relaxed);
+        if (_dl_find_object((void *)&pinned, &o) == 0)
+            atomic_store_explicit(&pinned_hdr[2], o.dlfo_eh_frame, memory_order_relaxed);
+        atomic_store_explicit(&pinned_known, 1, memory_order_release);
+    }
+    return hdr == atomic_load_explicit(&pinned_hdr[0], memory_order_relaxed) ||
+           hdr == atomic_load_explicit(&pinned_hdr[1], memory_order_relaxed) ||
+           hdr == atomic_load_explicit(&pinned_hdr[2], memory_order_relaxed);
+}
+
 static void find_rule(uintptr_t pc, frame_rule_t *r)
 {
     struct dl_find_object obj;
@@ -834,17 +862,21 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
     fde_t f;
     uint32_t slot = cache_slot(pc);
-    uint32_t hint = atomic_load_explicit(&rule_cache[slot].hint, memory_order_relaxed);
-    const uint8_t *rec = search_fde(pc, hdr, &eh_frame, &hint);
-    atomic_store_explicit(&rule_cache[slot].hint, hint, memory_order_relaxed);
-    uint64_t ident = rec ? record_identity(rec) : 0;
-    /* and where the FDE is: its pc_begin and CIE pointer are relative to
-     * it, so the same bytes moved with the code describe other PCs */
-    if (ident) ident ^= ((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ull) | 1;
-    if (!ident) { /* no search table (or a malformed record): uncached */
-        if (find_fde(pc, hdr, &f) && !f.cie.signal) rule_from_fde(pc, &f, dbase, r);
-        else r->result = STEP_FAIL;
-        return;
+    const uint8_t *rec = NULL;
+    uint64_t ident = 1; /* the main program's and libc's rules cannot go stale */
+    if (!pinned(hdr)) {
+        uint32_t hint = atomic_load_explicit(&rule_cache[slot].hint, memory_order_relaxed);
+        rec = search_fde(pc, hdr, &eh_frame, &hint);
+        atomic_store_explicit(&rule_cache[slot].hint, hint, memory_order_relaxed);
+        ident = rec ? record_identity(rec) : 0;
+        /* and where the FDE is: its pc_begin and CIE pointer are relative
+         * to it, so the same bytes moved with the code describe other PCs */
+        if (ident) ident ^= ((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ull) | 1;
+        if (!ident) { /* no search table (or a malformed record): uncached */
+            if (find_fde(pc, hdr, &f) && !f.cie.signal) rule_from_fde(pc, &f, dbase, r);
+            else r->result = STEP_FAIL;
+            return;
+        }
     }
     uint64_t key = cache_key(pc, hdr, ident);
     uint64_t kx = atomic_load_explicit(&rule_cache[slot].key_x_data, memory_order_relaxed);
@@ -853,7 +885,9 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
         unpack_rule(d, r);
         return;
     }
-    if (parse_fde(rec, dbase, &f) && pc >= f.pc_begin && pc < f.pc_end && !f.cie.signal)
+    bool found = rec ? parse_fde(rec, dbase, &f) && pc >= f.pc_begin && pc < f.pc_end
+                     : find_fde(pc, hdr, &f);
+    if (found && !f.cie.signal)
         rule_from_fde(pc, &f, dbase, r);
     else
         r->result = STEP_FAIL;
