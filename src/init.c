@@ -9,6 +9,7 @@
  * order of doc/design.md; parent and child release them (the child by
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
+#include "pm_stacktrace.h"
 #include "pm_pprof.h"
 
 #include <pthread.h>
@@ -58,7 +59,11 @@ void pm_init_slow(void)
 
 /* Runs before main in a program linked with profmalloc; harmless when
  * malloc already ran. */
-__attribute__((constructor)) static void init_at_load(void) { pm_init(); }
+__attribute__((constructor)) static void init_at_load(void)
+{
+    pm_init();
+    pm_stacktrace_pin_loaded();
+}
 
 __attribute__((destructor)) static void at_exit(void)
 {

@@ -32,6 +32,10 @@ int pm_stacktrace_get_mode(void);
  * 1 before symbolizing.  The walk ends early, without error, at the
  * outermost frame (_start, thread start, makecontext), at code without
  * unwind info, at a signal frame, or when the stack looks corrupt. */
+/* Lists the objects loaded at start-up, whose unwind rules need no check
+ * against a reload (they are never unloaded).  Called once from the
+ * library's constructor; calls dl_iterate_phdr, so never from malloc. */
+void pm_stacktrace_pin_loaded(void);
 int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip);
 
 #endif

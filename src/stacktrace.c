@@ -11,6 +11,7 @@
 #include "pm_stacktrace.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
@@ -833,8 +834,40 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
 static const uint8_t *_Atomic pinned_hdr[3];
 static _Atomic int pinned_known;
 
+/* Every object loaded at start-up (DT_NEEDED and LD_PRELOAD: never
+ * unloaded), listed once by pm_stacktrace_pin_loaded from profmalloc's
+ * constructor, outside the unwinder's paths. */
+#define PM_PINNED_MAX 64
+static const uint8_t *_Atomic loaded_hdr[PM_PINNED_MAX];
+static _Atomic int loaded_n;
+
+static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    int n = atomic_load_explicit(&loaded_n, memory_order_relaxed);
+    if (n >= PM_PINNED_MAX) return 1;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
+            atomic_store_explicit(&loaded_hdr[n],
+                                  (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
+            break;
+        }
+    return 0;
+}
+
+void pm_stacktrace_pin_loaded(void)
+{
+    if (!atomic_load_explicit(&loaded_n, memory_order_acquire)) dl_iterate_phdr(pin_object, NULL);
+}
+
 static bool pinned(const uint8_t *hdr)
 {
+    int n = atomic_load_explicit(&loaded_n, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (hdr == atomic_load_explicit(&loaded_hdr[i], memory_order_relaxed)) return true;
     if (!atomic_load_explicit(&pinned_known, memory_order_acquire)) {
         struct dl_find_object o;
         uintptr_t entry = (uintptr_t)getauxval(AT_ENTRY); /* _start */
