@@ -13,8 +13,6 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <sys/auxv.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -272,7 +270,6 @@ static const uint8_t *open_record(const uint8_t *p, reader_t *r, bool *is64)
 
 /* ---- CIE / FDE ----------------------------------------------------------- */
 typedef struct {
-    const uint8_t *rec;               /* the record (its end: insns_end) */
     const uint8_t *insns, *insns_end; /* initial instructions */
     uint64_t code_align;
     int64_t data_align;
@@ -285,7 +282,6 @@ typedef struct {
 typedef struct {
     cie_t cie;
     uintptr_t pc_begin, pc_end;
-    const uint8_t *rec; /* the record (its end: insns_end) */
     const uint8_t *insns, *insns_end;
 } fde_t;
 
@@ -294,7 +290,6 @@ static bool parse_cie(const uint8_t *p, cie_t *cie)
     reader_t r;
     bool is64;
     if (!open_record(p, &r, &is64)) return false;
-    cie->rec = p;
     if (read_fixed(&r, is64 ? 8 : 4) != 0) return false; /* CIE id */
     uint64_t version = read_fixed(&r, 1);
     if (version != 1 && version != 3 && version != 4) return false;
@@ -367,7 +362,6 @@ static bool parse_fde(const uint8_t *p, uintptr_t dbase, fde_t *f)
     }
     f->pc_begin = begin;
     f->pc_end = begin + range;
-    f->rec = p;
     f->insns = r.p;
     f->insns_end = r.end;
     return true;
@@ -394,61 +388,48 @@ static inline uintptr_t table_field(const uint8_t *table, uintptr_t i, unsigned 
 static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh_frame,
                                  uint32_t *hint)
 {
-    uintptr_t dbase = (uintptr_t)hdr;
+    uintptr_t dbase = (uintptr_t)hdr, count = 0;
+    const uint8_t *table;
+    unsigned width = 0;
+    bool sign = true;
     *eh_frame = 0;
     if (hdr[0] != 1) return NULL;
     if (hdr[1] == (PM_EH_PCREL | PM_EH_SDATA4) && hdr[2] == PM_EH_UDATA4 &&
         hdr[3] == (PM_EH_DATAREL | PM_EH_SDATA4)) {
-        /* what GNU ld and lld write: 4-byte fields, entries relative to
-         * hdr (the unwinder's hot path: decoded here without the reader) */
-        uint32_t count;
-        __builtin_memcpy(&count, hdr + 8, 4);
-        const uint8_t *table = hdr + 12;
-        int64_t rel = (int64_t)(pc - dbase);
-        int32_t v;
-        __builtin_memcpy(&v, table, 4);
-        if (count == 0 || v > rel) return NULL;
-        uint32_t lo = 0, hi = count, h = *hint;
-        if (h < count) { /* the entry found last time for this PC? */
-            int32_t next = INT32_MAX;
-            __builtin_memcpy(&v, table + (size_t)h * 8, 4);
-            if (h + 1 < count) __builtin_memcpy(&next, table + (size_t)(h + 1) * 8, 4);
-            if (v <= rel && (h + 1 == count || next > rel)) lo = hi = h;
+        /* what GNU ld and lld write, decoded without the reader (the
+         * unwinder's hot path): 4-byte fields, entries relative to hdr */
+        uint32_t n;
+        __builtin_memcpy(&n, hdr + 8, 4);
+        count = n;
+        table = hdr + 12;
+        width = 4;
+    } else {
+        uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
+        reader_t r = {hdr + 4, hdr + 4 + 16 + 16, true};
+        if (!read_encoded(&r, frame_enc, dbase, eh_frame)) return NULL;
+        bool have_table = count_enc != PM_EH_OMIT && table_enc != PM_EH_OMIT &&
+                          read_encoded(&r, count_enc, dbase, &count);
+        sign = (table_enc & 0x08) != 0;
+        if (have_table && (table_enc & 0x70) == PM_EH_DATAREL && !(table_enc & PM_EH_INDIRECT)) {
+            switch (table_enc & 0x0f) {
+            case PM_EH_UDATA4:
+            case PM_EH_SDATA4: width = 4; break;
+            case PM_EH_UDATA8:
+            case PM_EH_SDATA8: width = 8; break;
+            default: break;
+            }
         }
-        while (hi - lo > 1) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            __builtin_memcpy(&v, table + (size_t)mid * 8, 4);
-            if (v <= rel) lo = mid;
-            else hi = mid;
-        }
-        __builtin_memcpy(&v, table + (size_t)lo * 8 + 4, 4);
-        *hint = lo;
-        return hdr + v;
+        if (!width) return NULL; /* the caller scans from *eh_frame */
+        *eh_frame = 0;
+        table = r.p;
     }
-    uint8_t frame_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
-    reader_t r = {hdr + 4, hdr + 4 + 16 + 16, true};
-    uintptr_t count = 0;
-    if (!read_encoded(&r, frame_enc, dbase, eh_frame)) return NULL;
-    bool have_table = count_enc != PM_EH_OMIT && table_enc != PM_EH_OMIT &&
-                      read_encoded(&r, count_enc, dbase, &count);
-    unsigned width = 0;
-    bool sign = (table_enc & 0x08) != 0;
-    if (have_table && (table_enc & 0x70) == PM_EH_DATAREL && !(table_enc & PM_EH_INDIRECT)) {
-        switch (table_enc & 0x0f) {
-        case PM_EH_UDATA4:
-        case PM_EH_SDATA4: width = 4; break;
-        case PM_EH_UDATA8:
-        case PM_EH_SDATA8: width = 8; break;
-        default: break;
-        }
-    }
-    if (!width) return NULL; /* the caller scans from *eh_frame */
-    *eh_frame = 0;
     /* Sorted (initial location, FDE address) pairs: find the last entry
-     * whose initial location is <= pc. */
-    const uint8_t *table = r.p;
+     * whose initial location is <= pc, trying the hint first. */
     if (count == 0 || table_field(table, 0, width, sign, dbase) > pc) return NULL;
-    uintptr_t lo = 0, hi = count;
+    uintptr_t lo = 0, hi = count, h = *hint;
+    if (h < count && table_field(table, 2 * h, width, sign, dbase) <= pc &&
+        (h + 1 == count || table_field(table, 2 * (h + 1), width, sign, dbase) > pc))
+        lo = hi = h;
     while (hi - lo > 1) {
         uintptr_t mid = lo + (hi - lo) / 2;
         if (table_field(table, 2 * mid, width, sign, dbase) <= pc)
@@ -456,6 +437,7 @@ static const uint8_t *search_fde(uintptr_t pc, const uint8_t *hdr, uintptr_t *eh
         else
             hi = mid;
     }
+    *hint = (uint32_t)lo;
     return (const uint8_t *)table_field(table, 2 * lo + 1, width, sign, dbase);
 }
 
@@ -742,37 +724,25 @@ static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
     return h;
 }
 
-/* A hash of the bytes of FDE record fde and of its CIE: the rule for a PC
- * is a function of them (and of the PC); 0 for a malformed record. */
+/* A hash of the bytes of FDE record fde, its CIE's length and the first
+ * 8 bytes after the CIE's id (version, augmentation; the CIE is shared
+ * and rarely the only thing that changed): with the PC and the FDE's
+ * address, the rule is a function of them.  0 for a malformed record. */
 static uint64_t record_identity(const uint8_t *fde)
 {
-    uint32_t len, off, cie_len;
-    __builtin_memcpy(&len, fde, 4);
-    __builtin_memcpy(&off, fde + 4, 4);
-    if (len - 8 < ((uint32_t)1 << 30) && off && off <= (uintptr_t)(fde + 4)) {
-        /* 32-bit records, the common case */
-        /* the FDE's bytes, and its CIE's length and first word after the
-         * id (version, augmentation): the CIE is shared and rarely the only
-         * thing that changed */
-        const uint8_t *cie = fde + 4 - off;
-        uint64_t head;
-        __builtin_memcpy(&cie_len, cie, 4);
-        __builtin_memcpy(&head, cie + 8, 8);
-        if (cie_len - 8 < ((uint32_t)1 << 30))
-            return hash_bytes(fde, fde + 4 + len, ((uint64_t)cie_len << 32) ^ head) | 1;
-    }
-    reader_t r;
-    bool is64;
+    reader_t r, c;
+    bool is64, cie64;
     const uint8_t *end = open_record(fde, &r, &is64);
     if (!end) return 0;
     const uint8_t *id_field = r.p;
     uint64_t cie_off = read_fixed(&r, is64 ? 8 : 4);
     if (!r.ok || cie_off == 0 || cie_off > (uintptr_t)id_field) return 0;
     const uint8_t *cie = id_field - cie_off;
-    reader_t c;
-    const uint8_t *cie_end = open_record(cie, &c, &is64);
+    const uint8_t *cie_end = open_record(cie, &c, &cie64);
     if (!cie_end) return 0;
-    return hash_bytes(cie, cie_end, hash_bytes(fde, end, 0)) | 1;
+    uint64_t head;
+    __builtin_memcpy(&head, c.p + (cie64 ? 8 : 4), 8);
+    return hash_bytes(fde, end, (uint64_t)(cie_end - cie) << 32 ^ head) | 1;
 }
 
 static inline uint64_t cache_key(uintptr_t pc, const uint8_t *hdr, uint64_t ident)
@@ -826,14 +796,6 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
     }
 }
 
-/* The unwind tables of the main program, of libc and of this library,
- * which are never unloaded (an allocator is loaded at start-up): their
- * rules need no FDE check.  libc is found through abort's address (in a
- * non-PIE program that takes it, that is a PLT stub in the program: then
- * only the program is found, which is still right). */
-static const uint8_t *_Atomic pinned_hdr[3];
-static _Atomic int pinned_known;
-
 /* Every object loaded at start-up (DT_NEEDED and LD_PRELOAD: never
  * unloaded), listed once by pm_stacktrace_pin_loaded from profmalloc's
  * constructor, outside the unwinder's paths. */
@@ -868,20 +830,7 @@ static bool pinned(const uint8_t *hdr)
     int n = atomic_load_explicit(&loaded_n, memory_order_acquire);
     for (int i = 0; i < n; i++)
         if (hdr == atomic_load_explicit(&loaded_hdr[i], memory_order_relaxed)) return true;
-    if (!atomic_load_explicit(&pinned_known, memory_order_acquire)) {
-        struct dl_find_object o;
-        uintptr_t entry = (uintptr_t)getauxval(AT_ENTRY); /* _start */
-        if (entry && _dl_find_object((void *)entry, &o) == 0)
-            atomic_store_explicit(&pinned_hdr[0], o.dlfo_eh_frame, memory_order_relaxed);
-        if (_dl_find_object((void *)&abort, &o) == 0)
-            atomic_store_explicit(&pinned_hdr[1], o.dlfo_eh_frame, memory_order_relaxed);
-        if (_dl_find_object((void *)&pinned, &o) == 0)
-            atomic_store_explicit(&pinned_hdr[2], o.dlfo_eh_frame, memory_order_relaxed);
-        atomic_store_explicit(&pinned_known, 1, memory_order_release);
-    }
-    return hdr == atomic_load_explicit(&pinned_hdr[0], memory_order_relaxed) ||
-           hdr == atomic_load_explicit(&pinned_hdr[1], memory_order_relaxed) ||
-           hdr == atomic_load_explicit(&pinned_hdr[2], memory_order_relaxed);
+    return false;
 }
 
 static void find_rule(uintptr_t pc, frame_rule_t *r)
@@ -896,7 +845,7 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
     fde_t f;
     uint32_t slot = cache_slot(pc);
     const uint8_t *rec = NULL;
-    uint64_t ident = 1; /* the main program's and libc's rules cannot go stale */
+    uint64_t ident = 1; /* a start-up object's rules cannot go stale */
     if (!pinned(hdr)) {
         uint32_t hint = atomic_load_explicit(&rule_cache[slot].hint, memory_order_relaxed);
         rec = search_fde(pc, hdr, &eh_frame, &hint);
