@@ -77,6 +77,15 @@ static void dump_and_load(tprof_t *p, const char *name)
     assert_string_equal(S(p, p->pt.type), "space");
 }
 
+/* Dumps to name and gives the four totals of the samples through fn. */
+static void dump_site(const char *name, const char *fn, uint64_t v[4])
+{
+    tprof_t p;
+    dump_and_load(&p, name);
+    site_totals(&p, fn, v);
+    free_profile(&p);
+}
+
 static void assert_near(uint64_t got, double want, double tol, const char *what)
 {
     double lo = want * (1 - tol), hi = want * (1 + tol);
@@ -405,19 +414,14 @@ static void test_realloc_of_sampled_large_blocks(void **state)
     (void)state;
     profmalloc_set_sample_rate(1);
     char *s = realloc_large_site();
-    tprof_t p;
     uint64_t v[4];
-    dump_and_load(&p, "prof-realloc-large.pb.gz");
-    site_totals(&p, "realloc_large_site", v);
+    dump_site("prof-realloc-large.pb.gz", "realloc_large_site", v);
     assert_int_equal(v[INUSE_OBJ], 1);
     assert_true(v[INUSE_BYTES] >= (uint64_t)2 << 20 && v[INUSE_BYTES] <= (uint64_t)40 << 20);
     assert_in_range(v[ALLOC_OBJ], 2, 4); /* s, blocker, and one per move */
-    free_profile(&p);
     free(s);
-    dump_and_load(&p, "prof-realloc-large.pb.gz");
-    site_totals(&p, "realloc_large_site", v);
+    dump_site("prof-realloc-large.pb.gz", "realloc_large_site", v);
     assert_int_equal(v[INUSE_OBJ], 0);
-    free_profile(&p);
     profmalloc_set_sample_rate(512 * 1024);
 }
 
@@ -437,21 +441,16 @@ static void test_realloc_shrinks_sampled_large_block(void **state)
     (void)state;
     profmalloc_set_sample_rate(1);
     char *s = shrink_large_site();
-    tprof_t p;
     uint64_t v[4];
-    dump_and_load(&p, "prof-shrink-large.pb.gz");
-    site_totals(&p, "shrink_large_site", v);
+    dump_site("prof-shrink-large.pb.gz", "shrink_large_site", v);
     assert_int_equal(v[INUSE_OBJ], 1);
     assert_int_equal(v[INUSE_BYTES], (uint64_t)1 << 20);
     assert_int_equal(v[ALLOC_OBJ], 2);
     assert_int_equal(v[ALLOC_BYTES], ((uint64_t)64 << 20) + ((uint64_t)1 << 20));
-    free_profile(&p);
     free(s);
-    dump_and_load(&p, "prof-shrink-large.pb.gz");
-    site_totals(&p, "shrink_large_site", v);
+    dump_site("prof-shrink-large.pb.gz", "shrink_large_site", v);
     assert_int_equal(v[INUSE_OBJ], 0);
     assert_int_equal(v[INUSE_BYTES], 0);
-    free_profile(&p);
     profmalloc_set_sample_rate(512 * 1024);
 }
 
@@ -475,13 +474,10 @@ static void test_realloc_grows_sampled_large_block(void **state)
     enum { N = 20 };
     void *b[N];
     for (int i = 0; i < N; i++) b[i] = grow_large_site();
-    tprof_t p;
     uint64_t v[4];
-    dump_and_load(&p, "prof-grow-large.pb.gz");
-    site_totals(&p, "grow_large_site", v);
+    dump_site("prof-grow-large.pb.gz", "grow_large_site", v);
     assert_int_equal(v[INUSE_OBJ], N);
     assert_int_equal(v[INUSE_BYTES], (uint64_t)N << 21);
-    free_profile(&p);
     for (int i = 0; i < N; i++) free(b[i]);
     profmalloc_set_sample_rate(512 * 1024);
 }
@@ -504,13 +500,10 @@ static void test_aligned_small_blocks_record_requested_size(void **state)
         assert_non_null(b[i]);
         assert_int_equal((uintptr_t)b[i] & 4095, 0);
     }
-    tprof_t p;
     uint64_t v[4];
-    dump_and_load(&p, "prof-aligned.pb.gz");
-    site_totals(&p, "aligned_site", v);
+    dump_site("prof-aligned.pb.gz", "aligned_site", v);
     assert_int_equal(v[INUSE_OBJ], N);
     assert_int_equal(v[INUSE_BYTES], N * 3000);
-    free_profile(&p);
     for (int i = 0; i < N; i++) free(b[i]);
     profmalloc_set_sample_rate(512 * 1024);
 }
@@ -553,13 +546,10 @@ static void test_sampled_after_thread_cache_flush(void **state)
         assert_int_equal(pthread_join(t, NULL), 0);
     }
     assert_int_equal(atomic_load(&late_n), 4);
-    tprof_t p;
     uint64_t v[4];
-    dump_and_load(&p, "prof-late-dtor.pb.gz");
-    site_totals(&p, "late_dtor_site", v);
+    dump_site("prof-late-dtor.pb.gz", "late_dtor_site", v);
     assert_int_equal(v[INUSE_OBJ], 4);
     assert_int_equal(v[INUSE_BYTES], (uint64_t)4 << 20);
-    free_profile(&p);
     for (int i = 0; i < 4; i++) free(late_blocks[i]);
     pthread_key_delete(late_key);
     profmalloc_set_sample_rate(512 * 1024);

@@ -29,20 +29,18 @@ $(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.s
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread -ldl
 
-# two builds of one plugin that differ only in a frame size (the reload test)
-$(ST_DIR)/plug_a.so: test/unit/reload_plug.S
+# The reload tests' plugins, two builds of each source: plug_a/plug_b
+# differ in one frame size; plug_m1/plug_m2 have an FDE with the same bytes
+# at another place.
+$(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so: test/unit/reload_plug.S
+$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so: test/unit/reload_move.S
+$(ST_DIR)/plug_a.so: PLUG_DEFS := -DFRAME=8
+$(ST_DIR)/plug_b.so: PLUG_DEFS := -DFRAME=120
+$(ST_DIR)/plug_m1.so: PLUG_DEFS := -DV=1
+$(ST_DIR)/plug_m2.so: PLUG_DEFS := -DV=2
+$(ST_DIR)/plug_%.so:
 	@mkdir -p $(@D)
-	$(CC) -shared -nostdlib -DFRAME=8 $< -o $@
-$(ST_DIR)/plug_b.so: test/unit/reload_plug.S
-	@mkdir -p $(@D)
-	$(CC) -shared -nostdlib -DFRAME=120 $< -o $@
-# two builds whose FDE for plug_call has the same bytes at another place
-$(ST_DIR)/plug_m1.so: test/unit/reload_move.S
-	@mkdir -p $(@D)
-	$(CC) -shared -nostdlib -DV=1 $< -o $@
-$(ST_DIR)/plug_m2.so: test/unit/reload_move.S
-	@mkdir -p $(@D)
-	$(CC) -shared -nostdlib -DV=2 $< -o $@
+	$(CC) -shared -nostdlib $(PLUG_DEFS) $(filter %.S,$^) -o $@
 
 .PHONY: check-stacktrace
 CHECK_TARGETS += check-stacktrace
