@@ -15,6 +15,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <fcntl.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* No frame is further than this above the capturing frame. */
 #define PM_STACK_SPAN ((uintptr_t)64 << 20)
@@ -803,26 +808,187 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
 static const uint8_t *_Atomic loaded_hdr[PM_PINNED_MAX];
 static _Atomic int loaded_n;
 
+/* ---- executables without a search table ----------------------------------
+ * gcc links static executables without --eh-frame-hdr, so neither the
+ * loader nor _dl_find_object knows where their .eh_frame is.  For such a
+ * main program, profmalloc's constructor finds .eh_frame through the
+ * section headers of /proc/self/exe and builds the table itself, in mapped
+ * memory and in .eh_frame_hdr's format (8-byte entries relative to the
+ * table), which the walk then uses for PCs inside the program. */
+static const uint8_t *_Atomic exe_hdr;
+static uintptr_t exe_lo, exe_hi; /* the program's mapping; set before exe_hdr */
+
+/* .eh_frame's address and size from the executable's section headers. */
+static bool exe_eh_frame(uintptr_t bias, uintptr_t *start, size_t *len)
+{
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(Elf64_Ehdr))
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return false;
+    const uint8_t *f = map;
+    size_t fsize = (size_t)st.st_size;
+    const Elf64_Ehdr *eh = map;
+    bool found = false;
+    if (__builtin_memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh->e_shentsize == sizeof(Elf64_Shdr) && eh->e_shoff < fsize && eh->e_shstrndx < eh->e_shnum &&
+        eh->e_shnum <= (fsize - eh->e_shoff) / sizeof(Elf64_Shdr)) {
+        const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
+        const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+        for (unsigned i = 0; names->sh_offset < fsize && names->sh_size <= fsize - names->sh_offset &&
+                             i < eh->e_shnum && !found;
+             i++) {
+            static const char want[] = ".eh_frame";
+            if (sh[i].sh_name >= names->sh_size || names->sh_size - sh[i].sh_name < sizeof want ||
+                !(sh[i].sh_flags & SHF_ALLOC) || sh[i].sh_type != SHT_PROGBITS)
+                continue;
+            if (__builtin_memcmp(f + names->sh_offset + sh[i].sh_name, want, sizeof want) == 0) {
+                *start = bias + sh[i].sh_addr;
+                *len = sh[i].sh_size;
+                found = true;
+            }
+        }
+    }
+    munmap(map, fsize);
+    return found;
+}
+
+/* Sorts the table's (initial location, FDE) pairs by location (heapsort:
+ * no allocation, no recursion). */
+static void sort_pairs(int64_t *t, size_t n)
+{
+    for (size_t end = n, start = n / 2;;) {
+        size_t root;
+        if (start > 0) {
+            root = --start;
+        } else {
+            if (--end == 0) return;
+            int64_t a = t[0], b = t[1];
+            t[0] = t[2 * end];
+            t[1] = t[2 * end + 1];
+            t[2 * end] = a;
+            t[2 * end + 1] = b;
+            root = 0;
+        }
+        for (size_t child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && t[2 * (child + 1)] > t[2 * child]) child++;
+            if (t[2 * root] >= t[2 * child]) break;
+            int64_t a = t[2 * root], b = t[2 * root + 1];
+            t[2 * root] = t[2 * child];
+            t[2 * root + 1] = t[2 * child + 1];
+            t[2 * child] = a;
+            t[2 * child + 1] = b;
+        }
+    }
+}
+
+/* Builds the search table for the main program at `bias` whose loaded
+ * segments span [lo, hi); called once, from the constructor. */
+static void build_exe_table(uintptr_t bias, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t start = 0;
+    size_t len = 0;
+    if (!exe_eh_frame(bias, &start, &len) || start < lo || start >= hi || len > hi - start) return;
+    const uint8_t *sec = (const uint8_t *)start, *sec_end = sec + len;
+    size_t n = 0;
+    for (const uint8_t *p = sec; p + 4 <= sec_end;) { /* count records: an upper bound for FDEs */
+        reader_t r;
+        bool is64;
+        const uint8_t *end = open_record(p, &r, &is64);
+        if (!end || end > sec_end) break;
+        n++;
+        p = end;
+    }
+    if (!n) return;
+    /* 20 bytes of header at map + 4, so that the table starts 8-aligned */
+    uint8_t *map = mmap(NULL, 24 + 16 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return;
+    uint8_t *h = map + 4;
+    int64_t *table = (int64_t *)(map + 24);
+    uintptr_t dbase = (uintptr_t)h; /* entries are relative to the header */
+    size_t m = 0;
+    for (const uint8_t *p = sec; p + 4 <= sec_end && m < n;) {
+        reader_t r;
+        bool is64;
+        const uint8_t *end = open_record(p, &r, &is64);
+        if (!end || end > sec_end) break;
+        const uint8_t *id_field = r.p;
+        uint64_t cie_off = read_fixed(&r, is64 ? 8 : 4);
+        fde_t fde;
+        if (r.ok && cie_off != 0 && cie_off <= (uintptr_t)(id_field - sec) &&
+            parse_fde(p, dbase, &fde) && fde.pc_begin >= lo && fde.pc_end > fde.pc_begin &&
+            fde.pc_end <= hi) {
+            table[2 * m] = (int64_t)(fde.pc_begin - dbase);
+            table[2 * m + 1] = (int64_t)((uintptr_t)p - dbase);
+            m++;
+        }
+        p = end;
+    }
+    sort_pairs(table, m);
+    h[0] = 1;
+    h[1] = PM_EH_ABSPTR;                  /* eh_frame_ptr */
+    h[2] = PM_EH_UDATA8;                  /* fde_count */
+    h[3] = PM_EH_DATAREL | PM_EH_SDATA8;  /* table entries */
+    uint64_t ptr = start, count = m;
+    __builtin_memcpy(h + 4, &ptr, 8);
+    __builtin_memcpy(h + 12, &count, 8);
+    exe_lo = lo;
+    exe_hi = hi;
+    atomic_store_explicit(&exe_hdr, h, memory_order_release);
+}
+
 static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    (void)data;
+    bool *first = data;
     int n = atomic_load_explicit(&loaded_n, memory_order_relaxed);
     if (n >= PM_PINNED_MAX) return 1;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) {
-            atomic_store_explicit(&loaded_hdr[n],
-                                  (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr),
-                                  memory_order_relaxed);
-            atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
-            break;
+    const uint8_t *hdr = NULL;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_GNU_EH_FRAME) hdr = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        if (ph->p_type == PT_LOAD) {
+            if (info->dlpi_addr + ph->p_vaddr < lo) lo = info->dlpi_addr + ph->p_vaddr;
+            if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi) hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
         }
+    }
+    if (!hdr && *first && lo < hi) { /* the main program, listed first */
+        build_exe_table(info->dlpi_addr, lo, hi);
+        hdr = atomic_load_explicit(&exe_hdr, memory_order_relaxed);
+    }
+    *first = false;
+    if (hdr) {
+        atomic_store_explicit(&loaded_hdr[n], hdr, memory_order_relaxed);
+        atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
+    }
     return 0;
+}
+
+/* _dl_find_object works once the loader has built its object tables: in a
+ * dynamically linked program before any constructor or malloc from outside
+ * the loader, but in a static executable (no program interpreter) only
+ * after libc's own start-up, which allocates first.  There the DWARF walk
+ * waits for profmalloc's constructor and earlier captures walk frame
+ * records, whose every load is bounds-checked. */
+static _Atomic bool dlfo_ready;
+
+static bool dwarf_ready(void)
+{
+    if (PM_LIKELY(atomic_load_explicit(&dlfo_ready, memory_order_relaxed))) return true;
+    if (getauxval(AT_BASE) == 0) return false; /* not loaded by an interpreter */
+    atomic_store_explicit(&dlfo_ready, true, memory_order_relaxed);
+    return true;
 }
 
 void pm_stacktrace_pin_loaded(void)
 {
-    if (!atomic_load_explicit(&loaded_n, memory_order_acquire)) dl_iterate_phdr(pin_object, NULL);
+    bool first = true;
+    if (!atomic_load_explicit(&loaded_n, memory_order_acquire)) dl_iterate_phdr(pin_object, &first);
+    atomic_store_explicit(&dlfo_ready, true, memory_order_relaxed);
 }
 
 static bool pinned(const uint8_t *hdr)
@@ -836,11 +1002,18 @@ static bool pinned(const uint8_t *hdr)
 static void find_rule(uintptr_t pc, frame_rule_t *r)
 {
     struct dl_find_object obj;
-    if (_dl_find_object((void *)pc, &obj) != 0 || !obj.dlfo_eh_frame) {
-        r->result = STEP_FAIL; /* no object or no unwind info (JIT, vDSO) */
+    if (_dl_find_object((void *)pc, &obj) != 0) {
+        r->result = STEP_FAIL; /* no object (JIT code) */
         return;
     }
     const uint8_t *hdr = obj.dlfo_eh_frame;
+    if (!hdr) { /* no search table: ours for the main program, else no unwind info */
+        hdr = atomic_load_explicit(&exe_hdr, memory_order_acquire);
+        if (!hdr || pc < exe_lo || pc >= exe_hi) {
+            r->result = STEP_FAIL;
+            return;
+        }
+    }
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
     fde_t f;
     uint32_t slot = cache_slot(pc);
@@ -958,7 +1131,7 @@ PM_CAPTURE_ATTR int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip)
     uintptr_t hi = stack_top(fp);
     if (!slot_ok(fp, fp, hi) || !slot_ok(fp + 8, fp, hi)) return 0;
 #if defined(__x86_64__)
-    if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) {
+    if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF && dwarf_ready()) {
         frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
         return walk_dwarf(fr, fp, hi, pcs, max, skip);
     }

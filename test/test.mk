@@ -51,6 +51,11 @@ $(TEST_DIR)/linked_static: test/integration/linked.c include/profmalloc.h $(PM_A
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DLINK_STATIC $< -o $@ $(PM_A)
 
+# cc -static: libc allocates in its own start-up, before any constructor
+$(TEST_DIR)/linked_fully_static: test/integration/linked.c include/profmalloc.h $(PM_A)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DLINK_STATIC -DLINK_FULLY_STATIC -static $< -o $@ $(PM_A)
+
 $(TEST_DIR)/preload_check: test/integration/preload_check.c include/profmalloc.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $< -o $@
@@ -78,12 +83,15 @@ check-stress: $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain
 	$(TEST_PRELOAD) $(TEST_TIMEOUT) 60 $(TEST_DIR)/test_stress_plain || rc=1; \
 	exit $$rc
 
-check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check $(PM_SO)
+check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/linked_fully_static \
+		$(TEST_DIR)/preload_check $(PM_SO)
 	@rc=0; \
 	echo "== linked.c against the shared library"; \
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_so || rc=1; \
 	echo "== linked.c against the static archive"; \
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_static || rc=1; \
+	echo "== linked.c as a fully static executable, every allocation sampled from the start"; \
+	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_fully_static || rc=1; \
 	echo "== real programs with and without LD_PRELOAD"; \
 	PRELOAD_CHECK=$(TEST_DIR)/preload_check test/integration/run.sh $(PM_SO) || rc=1; \
 	exit $$rc

@@ -1,16 +1,21 @@
-/* linked.c — a program linked with -lprofmalloc: built once against the
- * shared library and once against the static archive (LINK_STATIC).  It
- * allocates in several ways (directly and through libc functions that
- * allocate internally), checks the results and that profmalloc serves them.
- * Exits 0 on success; prints the first failed check otherwise. */
+/* linked.c — a program linked with -lprofmalloc: built against the shared
+ * library, against the static archive (LINK_STATIC), and as a fully static
+ * executable (LINK_STATIC and LINK_FULLY_STATIC: `cc -static`, where libc
+ * itself allocates during its start-up, before any constructor, and the
+ * loader's object tables are not set up yet).  It allocates in several ways
+ * (directly and through libc functions that allocate internally), checks
+ * the results and that profmalloc serves them, and that sampled sites reach
+ * a dump.  Exits 0 on success; prints the failed checks otherwise. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "profmalloc.h"
 
@@ -45,6 +50,53 @@ static void *thread_alloc(void *arg)
     return p;
 }
 
+/* One call site for the sampling check: its blocks' first frame returns
+ * into this function. */
+__attribute__((noinline)) static void *sampled_site(size_t n)
+{
+    void *p = malloc(n);
+    __asm__ volatile("" : : "r"(p) : "memory"); /* not a tail call */
+    return p;
+}
+
+/* Three blocks of 12345 bytes from sampled_site, recorded at rate 1, are
+ * in use in a legacy dump at stacks whose first frame is in sampled_site:
+ * "N: B [...] @ <pc in sampled_site> ..." lines adding up to 3 and 37035. */
+static void check_sampled_site(void)
+{
+    size_t old = profmalloc_get_sample_rate();
+    profmalloc_set_sample_rate(1);
+    void *blk[3];
+    for (int i = 0; i < 3; i++) blk[i] = sampled_site(12345);
+    char path[] = "/tmp/profmalloc-linked.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    unlink(path);
+    CHECK(profmalloc_dump_fd(fd, PROFMALLOC_FORMAT_LEGACY) == 0);
+    static char text[1 << 20];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    CHECK(n > 0);
+    text[n > 0 ? n : 0] = 0;
+    unsigned long objects = 0, bytes = 0;
+    for (char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        unsigned long c, b;
+        uintptr_t pc;
+        if (sscanf(line, " %lu: %lu [%*u: %*u] @ %" SCNxPTR, &c, &b, &pc) == 3 &&
+            pc > (uintptr_t)sampled_site && pc < (uintptr_t)sampled_site + 256) {
+            objects += c;
+            bytes += b;
+        }
+    }
+    CHECK(objects == 3 && bytes == 3 * 12345);
+    if (objects != 3 || bytes != 3 * 12345)
+        printf("linked: sampled_site (%p) has %lu blocks, %lu bytes in:\n%.4000s\n", (void *)sampled_site,
+               objects, bytes, text);
+    for (int i = 0; i < 3; i++) free(blk[i]);
+    profmalloc_set_sample_rate(old);
+}
+
 int main(void)
 {
     const size_t MiB = 1 << 20;
@@ -58,6 +110,7 @@ int main(void)
     free(p);
     CHECK(in_use() < a + MiB);
 
+#ifndef LINK_FULLY_STATIC
     /* the malloc that libc and dlsym see is the one from profmalloc's object */
     Dl_info di_stats, di_malloc;
     void *sym_malloc = dlsym(RTLD_DEFAULT, "malloc");
@@ -69,6 +122,7 @@ int main(void)
     CHECK(di_stats.dli_fname && !strstr(di_stats.dli_fname, "libprofmalloc.so"));
 #else
     CHECK(di_stats.dli_fname && strstr(di_stats.dli_fname, "libprofmalloc.so"));
+#endif
 #endif
 
     /* libc's internal allocations go to profmalloc too */
@@ -145,12 +199,16 @@ int main(void)
     CHECK(r != NULL && ((unsigned char *)r)[299999] == 0x5c);
     free(r);
 
+    check_sampled_site();
+
     if (failures) {
         printf("linked: %d check(s) failed\n", failures);
         return 1;
     }
     printf("linked: OK (%s)\n",
-#ifdef LINK_STATIC
+#if defined(LINK_FULLY_STATIC)
+           "fully static executable"
+#elif defined(LINK_STATIC)
            "static archive"
 #else
            "shared library"
