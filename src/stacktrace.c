@@ -894,7 +894,9 @@ static void build_exe_table(uintptr_t bias, uintptr_t lo, uintptr_t hi)
     if (!exe_eh_frame(bias, &start, &len) || start < lo || start >= hi || len > hi - start) return;
     const uint8_t *sec = (const uint8_t *)start, *sec_end = sec + len;
     size_t n = 0;
-    for (const uint8_t *p = sec; p + 4 <= sec_end;) { /* count records: an upper bound for FDEs */
+    /* count the records (an upper bound for the FDEs); a length field takes
+     * up to 12 bytes, and only the 4-byte terminator is shorter */
+    for (const uint8_t *p = sec; p + 12 <= sec_end;) {
         reader_t r;
         bool is64;
         const uint8_t *end = open_record(p, &r, &is64);
@@ -910,7 +912,7 @@ static void build_exe_table(uintptr_t bias, uintptr_t lo, uintptr_t hi)
     int64_t *table = (int64_t *)(map + 24);
     uintptr_t dbase = (uintptr_t)h; /* entries are relative to the header */
     size_t m = 0;
-    for (const uint8_t *p = sec; p + 4 <= sec_end && m < n;) {
+    for (const uint8_t *p = sec; p + 12 <= sec_end && m < n;) {
         reader_t r;
         bool is64;
         const uint8_t *end = open_record(p, &r, &is64);
