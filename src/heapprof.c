@@ -17,6 +17,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Every table entry starts with this header; tables grow by rehashing. */
 typedef struct node {
@@ -535,28 +537,69 @@ static int open_temp(const char *path, char *tmp, size_t cap)
     return -1;
 }
 
-PM_EXPORT int profmalloc_dump(const char *path)
+enum { DUMP_PATH_CAP = 4096 };
+
+/* Where a dump to `path` goes.  A regular file, or nothing yet: returns 0
+ * with that path in `out`, to be replaced through a temporary.  A symbolic
+ * link is followed (up to 40 links) and the file it leads to is replaced,
+ * not the link.  Anything else — a device such as /dev/null, a FIFO, a
+ * terminal, /dev/stdout, a directory — returns 1: renaming over it would
+ * replace the node itself (as root, /dev/null for the whole machine), so
+ * the dump is written into it in place.  -1 with errno on failure. */
+static int dump_target(const char *path, char *out, char *link)
 {
-    if (!path || !*path) {
-        errno = EINVAL;
+    size_t n = pm_fmt_strlen(path);
+    if (n >= DUMP_PATH_CAP) {
+        errno = ENAMETOOLONG;
         return -1;
     }
-    /* path buffers are mapped, not on the stack: dumps (and the exit dump)
-     * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
-    enum { TMP_CAP = 4096 };
-    char *tmp = pm_os_map(TMP_CAP, 0);
-    if (!tmp) {
-        errno = ENOMEM;
-        return -1;
+    for (size_t i = 0; i <= n; i++) out[i] = path[i];
+    for (int depth = 0; depth <= 40; depth++) {
+        struct stat st;
+        if (lstat(out, &st) != 0) return errno == ENOENT ? 0 : -1;
+        if (S_ISREG(st.st_mode)) return 0;
+        if (!S_ISLNK(st.st_mode)) return 1;
+        /* a link to something that is not a regular file (/dev/stdout ->
+         * /proc/self/fd/1 -> a pipe, whose "target" is no path) */
+        if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return 1;
+        ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
+        if (len <= 0) return -1;
+        link[len] = 0;
+        size_t dir = 0; /* a relative link is relative to the link's directory */
+        if (link[0] != '/')
+            for (size_t i = 0; out[i]; i++)
+                if (out[i] == '/') dir = i + 1;
+        if (dir + (size_t)len >= DUMP_PATH_CAP) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        for (ssize_t i = 0; i <= len; i++) out[dir + (size_t)i] = link[i];
     }
-    int fd = open_temp(path, tmp, TMP_CAP);
-    if (fd < 0) {
-        int saved = errno;
-        pm_os_unmap(tmp, TMP_CAP);
-        errno = saved;
-        return -1;
-    }
-    int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
+    errno = ELOOP;
+    return -1;
+}
+
+/* Writes the dump into an existing node that is not a regular file.
+ * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
+ * the dump forever; the writes themselves block as usual. */
+static int dump_in_place(const char *path, int format)
+{
+    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : profmalloc_dump_fd(fd, format);
+    int saved = errno;
+    pm_os_close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* Writes the dump to a temporary beside `target` (a regular file or none
+ * yet) and renames it over `target`: never half-written. */
+static int dump_replacing(const char *target, char *tmp, int format)
+{
+    int fd = open_temp(target, tmp, DUMP_PATH_CAP);
+    if (fd < 0) return -1;
     int rc = profmalloc_dump_fd(fd, format);
     if (rc == 0) rc = pm_os_fsync(fd);
     int saved = errno;
@@ -564,12 +607,37 @@ PM_EXPORT int profmalloc_dump(const char *path)
         rc = -1;
         saved = errno;
     }
-    if (rc == 0 && pm_os_rename(tmp, path) != 0) {
+    if (rc == 0 && pm_os_rename(tmp, target) != 0) {
         rc = -1;
         saved = errno;
     }
     if (rc != 0) pm_os_unlink(tmp);
-    pm_os_unmap(tmp, TMP_CAP);
+    errno = saved;
+    return rc;
+}
+
+PM_EXPORT int profmalloc_dump(const char *path)
+{
+    if (!path || !*path) {
+        errno = EINVAL;
+        return -1;
+    }
+    int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
+    /* path buffers are mapped, not on the stack: dumps (and the exit dump)
+     * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
+    char *tmp = pm_os_map(3 * DUMP_PATH_CAP, 0);
+    if (!tmp) {
+        errno = ENOMEM;
+        return -1;
+    }
+    char *target = tmp + DUMP_PATH_CAP;
+    int rc = dump_target(path, target, target + DUMP_PATH_CAP);
+    if (rc == 1)
+        rc = dump_in_place(path, format);
+    else if (rc == 0)
+        rc = dump_replacing(target, tmp, format);
+    int saved = errno;
+    pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
     errno = saved;
     return rc;
 }

@@ -760,6 +760,103 @@ static void test_dump_errors_leave_nothing(void **state)
     assert_int_equal(errno, EINVAL);
 }
 
+/* Reads a FIFO to its end in another thread (the dump's reader). */
+typedef struct {
+    const char *path;
+    unsigned char head[2];
+    size_t bytes;
+} fifo_reader_t;
+
+static void *read_fifo(void *arg)
+{
+    fifo_reader_t *r = arg;
+    int fd = open(r->path, O_RDONLY);
+    if (fd < 0) return NULL;
+    unsigned char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0; r->bytes += (size_t)n)
+        if (r->bytes == 0 && n >= 2) memcpy(r->head, buf, 2);
+    close(fd);
+    return NULL;
+}
+
+/* A dump never replaces what sits at its path unless that is a regular
+ * file: a FIFO (or a device: /dev/null, which a rename as root replaced for
+ * the whole machine) is written into, a FIFO nobody reads fails instead of
+ * blocking, and a symbolic link keeps pointing where it did while the file
+ * it leads to gets the profile. */
+static void test_dump_to_special_files(void **state)
+{
+    (void)state;
+    struct stat sb;
+    const char *fifo = path_in_dir("prof-fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    errno = 0;
+    assert_int_equal(profmalloc_dump(fifo), -1); /* no reader */
+    assert_int_equal(errno, ENXIO);
+    fifo_reader_t r = {fifo, {0, 0}, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, read_fifo, &r), 0);
+    /* the dump's non-blocking open fails until the reader has opened its end */
+    int rc = -1;
+    for (int i = 0; i < 2000 && rc != 0; i++) {
+        rc = profmalloc_dump(fifo);
+        if (rc != 0) {
+            assert_int_equal(errno, ENXIO);
+            usleep(1000);
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(r.bytes > 100 && r.head[0] == 0x1f && r.head[1] == 0x8b);
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+
+    /* /dev/stdout's shape: a link to /proc/self/fd/N, here a pipe */
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20);
+    char target[64];
+    snprintf(target, sizeof target, "/proc/self/fd/%d", pfd[1]);
+    const char *out = path_in_dir("prof-stdout");
+    unlink(out);
+    assert_int_equal(symlink(target, out), 0);
+    assert_int_equal(profmalloc_dump(out), 0);
+    close(pfd[1]);
+    unsigned char head[2] = {0, 0};
+    assert_int_equal(read(pfd[0], head, 2), 2);
+    assert_true(head[0] == 0x1f && head[1] == 0x8b);
+    close(pfd[0]);
+    assert_int_equal(lstat(out, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+
+    /* a relative link to a regular file in another directory: the file is
+     * replaced (whole, through a temporary there), the link stays */
+    mkdir(path_in_dir("prof-linkdir"), 0755);
+    const char *file = path_in_dir("prof-linkdir/real.pb.gz");
+    unlink(file);
+    const char *link = path_in_dir("prof-link.pb.gz");
+    unlink(link);
+    assert_int_equal(symlink("prof-linkdir/real.pb.gz", link), 0);
+    for (int i = 0; i < 2; i++) { /* creates the file, then replaces it */
+        assert_int_equal(profmalloc_dump(link), 0);
+        assert_int_equal(lstat(link, &sb), 0);
+        assert_true(S_ISLNK(sb.st_mode));
+        assert_int_equal(lstat(file, &sb), 0);
+        assert_true(S_ISREG(sb.st_mode) && sb.st_size > 100);
+    }
+    tprof_t p;
+    load_profile(&p, file, NULL); /* fails the test on a torn file */
+    free_profile(&p);
+    DIR *d = opendir(path_in_dir("prof-linkdir"));
+    assert_non_null(d);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 1); /* real.pb.gz, no temporary */
+    assert_int_equal(leftover_temps(), 0);
+}
+
 static void test_legacy_format_by_name(void **state)
 {
     (void)state;
@@ -921,6 +1018,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_free_from_another_thread),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
+        cmocka_unit_test(test_dump_to_special_files),
         cmocka_unit_test(test_legacy_format_by_name),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_malformed_option_reported_once),
