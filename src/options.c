@@ -61,13 +61,22 @@ static int parse(const struct option *o, const char *v)
         *(uint64_t *)o->target = n;
         return 0;
     }
-    case PATTERN: /* a path; % only in %p and %% */
+    case PATTERN: { /* a path; % only in %p and %% */
+        /* copied: programs that set their process title (nginx, postgres,
+         * setproctitle) overwrite the environment strings, and the exit
+         * dump reads the pattern long after (one PATTERN option) */
+        static char copy[4096];
+        size_t n = 0;
         if (!*v) return -1;
         for (const char *s = v; *s; s++)
             if (*s == '%' && (s[1] == 'p' || s[1] == '%')) s++;
             else if (*s == '%') return -1;
-        *(const char **)o->target = v;
+        while (v[n] && n < sizeof copy - 1) n++;
+        if (v[n]) return -1; /* longer than any path */
+        for (size_t i = 0; i <= n; i++) copy[i] = v[i];
+        *(const char **)o->target = copy;
         return 0;
+    }
     case BOOL:
         if ((v[0] == '0' || v[0] == '1') && !v[1]) {
             *(int *)o->target = v[0] == '1';

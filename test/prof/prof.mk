@@ -9,11 +9,17 @@ $(PROF_DIR)/prof_chain.o: test/prof/prof_chain.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fomit-frame-pointer -fno-inline -fno-optimize-sibling-calls -c $< -o $@
 
+# sets its process title over its environment strings (test_dump_at_exit_after_retitle)
+$(PROF_DIR)/retitle: test/prof/retitle.c include/profmalloc.h $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(PROF_TEST_CFLAGS) -fno-builtin-malloc $< -o $@ \
+		-L$(BUILD) -Wl,--no-as-needed -lprofmalloc -Wl,--as-needed -Wl,-rpath,$(abspath $(BUILD))
+
 $(PROF_DIR)/test_prof: test/prof/test_prof.c test/unit/profile_reader.h $(PROF_DIR)/prof_chain.o $(PM_SO)
 	$(CC) $(PROF_TEST_CFLAGS) $(CMOCKA_CFLAGS) test/prof/test_prof.c $(PROF_DIR)/prof_chain.o -o $@ \
 		-L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD)) $(CMOCKA_LIBS)
 
 .PHONY: check-prof
 CHECK_TARGETS += check-prof
-check-prof: $(PROF_DIR)/test_prof
+check-prof: $(PROF_DIR)/test_prof $(PROF_DIR)/retitle
 	$(PROF_DIR)/test_prof

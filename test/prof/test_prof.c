@@ -869,10 +869,10 @@ static void test_legacy_format_by_name(void **state)
     free(text);
 }
 
-static char *run_self(const char *env, const char *mode, int *status)
+static char *run_program(const char *env, const char *exe, const char *mode, int *status)
 {
     char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>&1", env, g_exe, mode);
+    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>&1", env, exe, mode);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t cap = 1 << 16, n = 0;
@@ -884,13 +884,20 @@ static char *run_self(const char *env, const char *mode, int *status)
     return out;
 }
 
-static void test_dump_at_exit_with_pid(void **state)
+static char *run_self(const char *env, const char *mode, int *status)
 {
-    (void)state;
+    return run_program(env, g_exe, mode, status);
+}
+
+/* Runs `exe` (this program when NULL) with `mode` and PROFMALLOC_DUMP set;
+ * it prints its pid and exits with at least 8 MiB live at `site`, which its
+ * exit dump must show. */
+static void dump_at_exit(const char *exe, const char *mode, const char *site)
+{
     char env[PATH_MAX + 64];
     snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/prof-exit.%%p.pb.gz'", g_dir);
     int status;
-    char *out = run_self(env, "--print-pid-and-exit", &status);
+    char *out = run_program(env, exe ? exe : g_exe, mode, &status);
     assert_int_equal(status, 0);
     int pid = atoi(out);
     assert_true(pid > 0);
@@ -899,10 +906,24 @@ static void test_dump_at_exit_with_pid(void **state)
     tprof_t p;
     load_profile(&p, path_in_dir(name), NULL);
     uint64_t v[4];
-    site_totals(&p, "exit_site", v);
+    site_totals(&p, site, v);
     assert_true(v[INUSE_BYTES] >= 8u << 20);
     free_profile(&p);
     free(out);
+}
+
+static void test_dump_at_exit_with_pid(void **state)
+{
+    (void)state;
+    dump_at_exit(NULL, "--print-pid-and-exit", "exit_site");
+}
+
+/* The exit dump's path survives a program that overwrites its environment
+ * strings to set its process title (test/prof/retitle.c). */
+static void test_dump_at_exit_after_retitle(void **state)
+{
+    (void)state;
+    dump_at_exit(path_in_dir("retitle"), "", "retitle_site");
 }
 
 static void test_malformed_option_reported_once(void **state)
@@ -1021,6 +1042,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_to_special_files),
         cmocka_unit_test(test_legacy_format_by_name),
         cmocka_unit_test(test_dump_at_exit_with_pid),
+        cmocka_unit_test(test_dump_at_exit_after_retitle),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),
         cmocka_unit_test(test_go_pprof_shows_sites),
