@@ -18,6 +18,7 @@ BUILD ?= build
 CC ?= cc
 LD ?= ld
 AR ?= ar
+OBJCOPY ?= objcopy
 CMOCKA_CFLAGS ?=
 CMOCKA_LIBS ?= -lcmocka
 PM_EXTRA_CFLAGS ?=
@@ -77,7 +78,12 @@ $(PM_SO): $(BUILD)/profmalloc.o
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $< -pthread
 	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
 
-$(PM_A): $(BUILD)/profmalloc.o
+# The archive's object keeps only the exported names global: the internal
+# pm_* names (hidden in the .so) would clash with a program's own.
+$(BUILD)/profmalloc-local.o: $(BUILD)/profmalloc.o
+	$(OBJCOPY) --localize-hidden $< $@
+
+$(PM_A): $(BUILD)/profmalloc-local.o
 	rm -f $@
 	$(AR) rcs $@ $<
 

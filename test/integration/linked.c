@@ -21,6 +21,13 @@
 
 static int failures;
 
+#ifdef LINK_STATIC
+/* Names of the program's own that profmalloc also uses inside: the archive
+ * keeps its internal names local, so these link and stay the program's. */
+int pm_options = 7;
+void *pm_malloc(size_t n) { return malloc(n + 1); }
+#endif
+
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
@@ -200,6 +207,11 @@ int main(void)
     free(r);
 
     check_sampled_site();
+#ifdef LINK_STATIC
+    void *own = pm_malloc(10);
+    CHECK(own != NULL && pm_options == 7);
+    free(own);
+#endif
 
     if (failures) {
         printf("linked: %d check(s) failed\n", failures);
