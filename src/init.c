@@ -13,6 +13,7 @@
 #include "pm_pprof.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 
 _Atomic int pm_init_state;
 static _Atomic int atfork_registered;
@@ -57,12 +58,31 @@ void pm_init_slow(void)
     while (atomic_load_explicit(&pm_init_state, memory_order_acquire) != 2) pm_os_yield();
 }
 
+/* override.c's malloc (absent from the unit tests' core-only archive). */
+extern void *pm_malloc_here(size_t) __attribute__((weak, visibility("hidden")));
+
+/* Linked into a shared library that the executable loads after the C
+ * library (program -> libfoo.so -> libprofmalloc.so), or preloaded behind
+ * another allocator, profmalloc's malloc never runs: the program's calls
+ * bind to the first malloc in load order.  Say so once, instead of
+ * silently profiling nothing.  `malloc` here is read through the GOT: the
+ * definition the program's calls reach. */
+static void check_interposed(void)
+{
+    void *(*volatile bound)(size_t) = malloc;
+    if (pm_malloc_here && bound != pm_malloc_here)
+        pm_os_message("loaded after another malloc, which the program uses instead; "
+                      "link profmalloc into the executable (-Wl,--no-as-needed -lprofmalloc) "
+                      "or LD_PRELOAD it");
+}
+
 /* Runs before main in a program linked with profmalloc; harmless when
  * malloc already ran. */
 __attribute__((constructor)) static void init_at_load(void)
 {
     pm_init();
     pm_stacktrace_pin_loaded();
+    check_interposed();
 }
 
 __attribute__((destructor)) static void at_exit(void)

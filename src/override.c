@@ -11,6 +11,8 @@
 #include <stdlib.h>
 
 PM_EXPORT void *malloc(size_t size) { return pm_malloc_inline(size); }
+/* this file's malloc, whichever one the program's references bind to */
+extern __typeof__(malloc) pm_malloc_here __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
 PM_EXPORT void free(void *p) { pm_free_inline(p); }
 PM_EXPORT void *calloc(size_t n, size_t size) { return pm_calloc(n, size); }
 PM_EXPORT void *realloc(void *p, size_t size) { return pm_realloc(p, size); }

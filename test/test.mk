@@ -4,7 +4,8 @@
 #   check-api          test/api/test_api.c: linked with -lprofmalloc, and a
 #                      plain build run with LD_PRELOAD
 #   check-stress       test/stress/test_stress.c: the same two ways
-#   check-integration  test/integration/linked.c against the .so and the .a,
+#   check-integration  test/integration/linked.c against the .so and the .a
+#                      (and -static), installed.sh (make install + pkg-config),
 #                      then test/integration/run.sh (real programs with and
 #                      without LD_PRELOAD)
 #
@@ -92,6 +93,8 @@ check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/l
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_static || rc=1; \
 	echo "== linked.c as a fully static executable, every allocation sampled from the start"; \
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_fully_static || rc=1; \
+	echo "== make install, then programs built with pkg-config"; \
+	test/integration/installed.sh || rc=1; \
 	echo "== real programs with and without LD_PRELOAD"; \
 	PRELOAD_CHECK=$(TEST_DIR)/preload_check test/integration/run.sh $(PM_SO) || rc=1; \
 	exit $$rc
