@@ -77,8 +77,10 @@ static void check_interposed(void)
 }
 
 /* Runs before main in a program linked with profmalloc; harmless when
- * malloc already ran. */
-__attribute__((constructor)) static void init_at_load(void)
+ * malloc already ran.  Priority 101, the first: linked into a static
+ * executable, this runs before the program's own constructors (C++ static
+ * initialisers), whose samples need the unwind table built here. */
+__attribute__((constructor(101))) static void init_at_load(void)
 {
     pm_init();
     pm_stacktrace_pin_loaded();
