@@ -98,6 +98,8 @@ void pm_heapprof_init(void)
 {
     prof.start_ns = pm_os_now_ns();
     pm_stacktrace_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+    /* return addresses into the allocator lie in (begin, end] */
+    pm_stacktrace_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
 }
 
 /* Live sampled blocks: the records of every shard (read without locks). */

@@ -32,10 +32,17 @@ int pm_stacktrace_get_mode(void);
  * 1 before symbolizing.  The walk ends early, without error, at the
  * outermost frame (_start, thread start, makecontext), at code without
  * unwind info, at a signal frame, or when the stack looks corrupt. */
+int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip);
+
 /* Lists the objects loaded at start-up, whose unwind rules need no check
  * against a reload (they are never unloaded).  Called once from the
  * library's constructor; calls dl_iterate_phdr, so never from malloc. */
 void pm_stacktrace_pin_loaded(void);
-int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip);
+
+/* The code in [lo, hi) (the allocator's own, built without frame pointers)
+ * is walked with its unwind tables in PM_UNWIND_FP mode too; the %rbp chain
+ * starts at the first frame outside it.  Without this, the frame-pointer
+ * walk would start from a register the allocator used for data. */
+void pm_stacktrace_set_own_code(uintptr_t lo, uintptr_t hi);
 
 #endif

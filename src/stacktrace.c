@@ -970,6 +970,16 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+/* The allocator's own code, walked by its unwind tables in frame-pointer
+ * mode too (pm_stacktrace_set_own_code). */
+static _Atomic uintptr_t own_code_lo, own_code_hi;
+
+void pm_stacktrace_set_own_code(uintptr_t lo, uintptr_t hi)
+{
+    pm_relaxed_store(&own_code_lo, lo);
+    pm_relaxed_store(&own_code_hi, hi);
+}
+
 /* _dl_find_object works once the loader has built its object tables: in a
  * dynamically linked program before any constructor or malloc from outside
  * the loader, but in a static executable (no program interpreter) only
@@ -1132,13 +1142,38 @@ PM_CAPTURE_ATTR int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip)
     uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
     uintptr_t hi = stack_top(fp);
     if (!slot_ok(fp, fp, hi) || !slot_ok(fp + 8, fp, hi)) return 0;
+    int n = -1;
 #if defined(__x86_64__)
-    if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF && dwarf_ready()) {
+    if (dwarf_ready()) {
         frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
-        return walk_dwarf(fr, fp, hi, pcs, max, skip);
+        if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) return walk_dwarf(fr, fp, hi, pcs, max, skip);
+        /* the frame-pointer walk: through the allocator's own frames by
+         * their unwind tables, then along %rbp from its caller's frame */
+        uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
+        n = 0;
+        while (fr.pc >= own_lo && fr.pc < own_hi) {
+            if (skip > 0)
+                skip--;
+            else
+                pcs[n++] = fr.pc;
+            if (n == max || step_dwarf(&fr, fp, hi) != STEP_OK) return n;
+        }
+        if (n == 0 && fr.sp == fp + 16) {
+            n = -1; /* still in the first frame: the plain walk below */
+        } else { /* left the allocator: fr is its caller's frame */
+            if (skip > 0)
+                skip--;
+            else
+                pcs[n++] = fr.pc;
+            if (n < max) n += walk_fp(fr.bp, fr.sp, hi, pcs + n, max - n, skip);
+        }
     }
 #endif
-    return walk_fp(fp, fp, hi, pcs, max, skip);
+    if (n < 0) n = walk_fp(fp, fp, hi, pcs, max, skip);
+    /* no tail call: walk_fp reads this function's own frame record, which
+     * the callee's frame would overwrite once this frame is gone */
+    __asm__ volatile("" : "+r"(n) : : "memory");
+    return n;
 #else
     (void)pcs;
     (void)max;

@@ -892,10 +892,10 @@ static char *run_self(const char *env, const char *mode, int *status)
 /* Runs `exe` (this program when NULL) with `mode` and PROFMALLOC_DUMP set;
  * it prints its pid and exits with at least 8 MiB live at `site`, which its
  * exit dump must show. */
-static void dump_at_exit(const char *exe, const char *mode, const char *site)
+static void dump_at_exit(const char *extra_env, const char *exe, const char *mode, const char *site)
 {
-    char env[PATH_MAX + 64];
-    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/prof-exit.%%p.pb.gz'", g_dir);
+    char env[PATH_MAX + 128];
+    snprintf(env, sizeof env, "%s PROFMALLOC_DUMP='%s/prof-exit.%%p.pb.gz'", extra_env, g_dir);
     int status;
     char *out = run_program(env, exe ? exe : g_exe, mode, &status);
     assert_int_equal(status, 0);
@@ -915,7 +915,7 @@ static void dump_at_exit(const char *exe, const char *mode, const char *site)
 static void test_dump_at_exit_with_pid(void **state)
 {
     (void)state;
-    dump_at_exit(NULL, "--print-pid-and-exit", "exit_site");
+    dump_at_exit("", NULL, "--print-pid-and-exit", "exit_site");
 }
 
 /* The exit dump's path survives a program that overwrites its environment
@@ -923,7 +923,16 @@ static void test_dump_at_exit_with_pid(void **state)
 static void test_dump_at_exit_after_retitle(void **state)
 {
     (void)state;
-    dump_at_exit(path_in_dir("retitle"), "", "retitle_site");
+    dump_at_exit("", path_in_dir("retitle"), "", "retitle_site");
+}
+
+/* PROFMALLOC_UNWIND=fp: the allocator itself has no frame pointers, so the
+ * %rbp chain starts at the frame of malloc's caller (found through the
+ * allocator's unwind tables); from there it reaches fp_outer. */
+static void test_frame_pointer_unwind(void **state)
+{
+    (void)state;
+    dump_at_exit("PROFMALLOC_UNWIND=fp", NULL, "--fp-chain-and-exit", "fp_outer");
 }
 
 static void test_malformed_option_reported_once(void **state)
@@ -1004,11 +1013,29 @@ static void test_go_pprof_shows_sites(void **state)
 
 __attribute__((noinline)) static void exit_site(void) { keep[0] = malloc(8u << 20); }
 
+/* A chain built with frame pointers, for the frame-pointer walk. */
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) static void fp_site(void)
+{
+    keep[1] = malloc(8u << 20);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) static void fp_outer(void)
+{
+    fp_site();
+    __asm__ volatile("" ::: "memory");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--print-pid-and-exit") == 0) {
         profmalloc_set_sample_rate(1);
         exit_site();
+        printf("%d\n", (int)getpid());
+        return 0; /* exit() runs the dump */
+    }
+    if (argc > 1 && strcmp(argv[1], "--fp-chain-and-exit") == 0) {
+        profmalloc_set_sample_rate(1);
+        fp_outer();
         printf("%d\n", (int)getpid());
         return 0; /* exit() runs the dump */
     }
@@ -1043,6 +1070,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_legacy_format_by_name),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_dump_at_exit_after_retitle),
+        cmocka_unit_test(test_frame_pointer_unwind),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),
         cmocka_unit_test(test_go_pprof_shows_sites),
