@@ -583,15 +583,21 @@ static int dump_target(const char *path, char *out, char *link)
 
 /* Writes the dump into an existing node that is not a regular file.
  * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
- * the dump forever; the writes themselves block as usual. */
+ * the dump forever; the writes themselves block as usual.  A pipe whose
+ * reader has gone (/dev/stdout into `| head`) fails with EPIPE: SIGPIPE is
+ * blocked meanwhile and the one the write raised taken back, so a dump
+ * never kills the program. */
 static int dump_in_place(const char *path, int format)
 {
     int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0) return -1;
+    pm_os_sigpipe_t sp;
+    pm_os_sigpipe_block(&sp);
     int flags = fcntl(fd, F_GETFL);
     int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : profmalloc_dump_fd(fd, format);
     int saved = errno;
     pm_os_close(fd);
+    pm_os_sigpipe_restore(&sp, rc != 0 && saved == EPIPE);
     errno = saved;
     return rc;
 }

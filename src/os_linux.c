@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -184,6 +185,32 @@ int pm_os_unlink(const char *path)
 }
 
 int pm_os_fsync(int fd) { return (int)syscall(SYS_fsync, fd); }
+
+_Static_assert(sizeof(sigset_t) <= sizeof(((pm_os_sigpipe_t *)0)->old), "sigset_t fits");
+
+void pm_os_sigpipe_block(pm_os_sigpipe_t *s)
+{
+    sigset_t set, pending;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, (sigset_t *)(void *)s->old);
+    s->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+}
+
+void pm_os_sigpipe_restore(pm_os_sigpipe_t *s, int raised)
+{
+    int saved = errno;
+    if (raised && !s->was_pending) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        struct timespec now = {0, 0};
+        while (sigtimedwait(&set, NULL, &now) < 0 && errno == EINTR) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, (const sigset_t *)(const void *)s->old, NULL);
+    errno = saved;
+}
 
 /* ---- process -------------------------------------------------------- */
 

@@ -36,6 +36,15 @@ ssize_t pm_os_read(int fd, void *buf, size_t len);
 int pm_os_rename(const char *from, const char *to);
 int pm_os_unlink(const char *path);
 int pm_os_fsync(int fd);
+/* SIGPIPE blocked around writes to a pipe the caller does not own; restore
+ * takes back the one a write raised (raised != 0), unless one was already
+ * pending before. */
+typedef struct {
+    _Alignas(8) unsigned char old[128]; /* a sigset_t (signal.h stays out of here) */
+    int was_pending;
+} pm_os_sigpipe_t;
+void pm_os_sigpipe_block(pm_os_sigpipe_t *s);
+void pm_os_sigpipe_restore(pm_os_sigpipe_t *s, int raised);
 
 /* Process facts. */
 pid_t pm_os_getpid(void);

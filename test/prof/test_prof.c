@@ -830,6 +830,20 @@ static void test_dump_to_special_files(void **state)
     assert_int_equal(lstat(out, &sb), 0);
     assert_true(S_ISLNK(sb.st_mode));
 
+    /* the pipe's reader has gone (`| head`): an error, not SIGPIPE's death */
+    assert_int_equal(pipe(pfd), 0);
+    close(pfd[0]);
+    snprintf(target, sizeof target, "/proc/self/fd/%d", pfd[1]);
+    unlink(out);
+    assert_int_equal(symlink(target, out), 0);
+    errno = 0;
+    assert_int_equal(profmalloc_dump(out), -1);
+    assert_int_equal(errno, EPIPE);
+    sigset_t pending;
+    assert_int_equal(sigpending(&pending), 0);
+    assert_false(sigismember(&pending, SIGPIPE));
+    close(pfd[1]);
+
     /* a relative link to a regular file in another directory: the file is
      * replaced (whole, through a temporary there), the link stays */
     mkdir(path_in_dir("prof-linkdir"), 0755);
