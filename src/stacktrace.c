@@ -818,8 +818,14 @@ static _Atomic int loaded_n;
 static const uint8_t *_Atomic exe_hdr;
 static uintptr_t exe_lo, exe_hi; /* the program's mapping; set before exe_hdr */
 
-/* .eh_frame's address and size from the executable's section headers. */
-static bool exe_eh_frame(uintptr_t bias, uintptr_t *start, size_t *len)
+#ifndef SHT_X86_64_UNWIND
+#define SHT_X86_64_UNWIND 0x70000001 /* gold's type for .eh_frame */
+#endif
+
+/* .eh_frame's address and size from the executable's section headers, if
+ * /proc/self/exe is the program described by `info` (its program headers
+ * are the ones in memory: not so under `ld.so ./prog`, where it is ld.so). */
+static bool exe_eh_frame(const struct dl_phdr_info *info, uintptr_t *start, size_t *len)
 {
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
@@ -833,7 +839,10 @@ static bool exe_eh_frame(uintptr_t bias, uintptr_t *start, size_t *len)
     size_t fsize = (size_t)st.st_size;
     const Elf64_Ehdr *eh = map;
     bool found = false;
+    size_t phbytes = (size_t)info->dlpi_phnum * sizeof(ElfW(Phdr));
     if (__builtin_memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh->e_phentsize == sizeof(ElfW(Phdr)) && eh->e_phnum == info->dlpi_phnum && eh->e_phoff < fsize &&
+        phbytes <= fsize - eh->e_phoff && __builtin_memcmp(f + eh->e_phoff, info->dlpi_phdr, phbytes) == 0 &&
         eh->e_shentsize == sizeof(Elf64_Shdr) && eh->e_shoff < fsize && eh->e_shstrndx < eh->e_shnum &&
         eh->e_shnum <= (fsize - eh->e_shoff) / sizeof(Elf64_Shdr)) {
         const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
@@ -843,10 +852,11 @@ static bool exe_eh_frame(uintptr_t bias, uintptr_t *start, size_t *len)
              i++) {
             static const char want[] = ".eh_frame";
             if (sh[i].sh_name >= names->sh_size || names->sh_size - sh[i].sh_name < sizeof want ||
-                !(sh[i].sh_flags & SHF_ALLOC) || sh[i].sh_type != SHT_PROGBITS)
+                !(sh[i].sh_flags & SHF_ALLOC) ||
+                (sh[i].sh_type != SHT_PROGBITS && sh[i].sh_type != SHT_X86_64_UNWIND))
                 continue;
             if (__builtin_memcmp(f + names->sh_offset + sh[i].sh_name, want, sizeof want) == 0) {
-                *start = bias + sh[i].sh_addr;
+                *start = info->dlpi_addr + sh[i].sh_addr;
                 *len = sh[i].sh_size;
                 found = true;
             }
@@ -860,6 +870,7 @@ static bool exe_eh_frame(uintptr_t bias, uintptr_t *start, size_t *len)
  * no allocation, no recursion). */
 static void sort_pairs(int64_t *t, size_t n)
 {
+    if (n < 2) return;
     for (size_t end = n, start = n / 2;;) {
         size_t root;
         if (start > 0) {
@@ -885,13 +896,21 @@ static void sort_pairs(int64_t *t, size_t n)
     }
 }
 
-/* Builds the search table for the main program at `bias` whose loaded
- * segments span [lo, hi); called once, from the constructor. */
-static void build_exe_table(uintptr_t bias, uintptr_t lo, uintptr_t hi)
+/* Builds the search table for the main program, whose loaded segments
+ * span [lo, hi); called once, from the constructor. */
+static void build_exe_table(const struct dl_phdr_info *info, uintptr_t lo, uintptr_t hi)
 {
     uintptr_t start = 0;
     size_t len = 0;
-    if (!exe_eh_frame(bias, &start, &len) || start < lo || start >= hi || len > hi - start) return;
+    if (!exe_eh_frame(info, &start, &len)) return;
+    bool inside = false; /* within one loaded segment: the gaps are unmapped */
+    for (int i = 0; i < info->dlpi_phnum && !inside; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
+        inside = ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && start >= seg &&
+                 start - seg <= ph->p_memsz && len <= ph->p_memsz - (start - seg);
+    }
+    if (!inside) return;
     const uint8_t *sec = (const uint8_t *)start, *sec_end = sec + len;
     size_t n = 0;
     /* count the records (an upper bound for the FDEs); a length field takes
@@ -959,7 +978,7 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
         }
     }
     if (!hdr && *first && lo < hi) { /* the main program, listed first */
-        build_exe_table(info->dlpi_addr, lo, hi);
+        build_exe_table(info, lo, hi);
         hdr = atomic_load_explicit(&exe_hdr, memory_order_relaxed);
     }
     *first = false;
@@ -988,10 +1007,24 @@ void pm_stacktrace_set_own_code(uintptr_t lo, uintptr_t hi)
  * records, whose every load is bounds-checked. */
 static _Atomic bool dlfo_ready;
 
+/* Was the program loaded by an interpreter?  AT_BASE is its address, but
+ * 0 when ld.so was run as a command (`ld.so ./prog`); the program's own
+ * headers (AT_PHDR, which ld.so then points at the program) still have
+ * PT_INTERP. */
+static bool dynamically_linked(void)
+{
+    if (getauxval(AT_BASE) != 0) return true;
+    const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+    size_t n = getauxval(AT_PHNUM);
+    for (size_t i = 0; ph && i < n; i++)
+        if (ph[i].p_type == PT_INTERP) return true;
+    return false;
+}
+
 static bool dwarf_ready(void)
 {
     if (PM_LIKELY(atomic_load_explicit(&dlfo_ready, memory_order_relaxed))) return true;
-    if (getauxval(AT_BASE) == 0) return false; /* not loaded by an interpreter */
+    if (!dynamically_linked()) return false;
     atomic_store_explicit(&dlfo_ready, true, memory_order_relaxed);
     return true;
 }

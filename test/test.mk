@@ -23,7 +23,8 @@ TEST_TIMEOUT := timeout -k 5
 
 TEST_BINS := $(TEST_DIR)/test_api_linked $(TEST_DIR)/test_api_plain \
              $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain \
-             $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check
+             $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check \
+             $(TEST_DIR)/linked_fully_static $(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr
 
 # ---- API conformance ---------------------------------------------------------
 $(TEST_DIR)/test_api_linked: test/api/test_api.c include/profmalloc.h $(PM_SO)
@@ -57,6 +58,16 @@ $(TEST_DIR)/linked_fully_static: test/integration/linked.c include/profmalloc.h 
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DLINK_STATIC -DLINK_FULLY_STATIC -static $< -o $@ $(PM_A)
 
+# gold writes .eh_frame with its own section type
+$(TEST_DIR)/linked_fully_static_gold: test/integration/linked.c include/profmalloc.h $(PM_A)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -DLINK_STATIC -DLINK_FULLY_STATIC -static -fuse-ld=gold $< -o $@ $(PM_A)
+
+# a dynamic program without .eh_frame_hdr, also run as `ld.so ./program`
+$(TEST_DIR)/linked_nohdr: test/integration/linked.c include/profmalloc.h $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -Wl,--no-eh-frame-hdr $< -o $@ $(TEST_LINK_PM)
+
 $(TEST_DIR)/preload_check: test/integration/preload_check.c include/profmalloc.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $< -o $@
@@ -85,7 +96,7 @@ check-stress: $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain
 	exit $$rc
 
 check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/linked_fully_static \
-		$(TEST_DIR)/preload_check $(PM_SO)
+		$(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr $(TEST_DIR)/preload_check $(PM_SO)
 	@rc=0; \
 	echo "== linked.c against the shared library"; \
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_so || rc=1; \
@@ -93,6 +104,12 @@ check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/l
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_static || rc=1; \
 	echo "== linked.c as a fully static executable, every allocation sampled from the start"; \
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_fully_static || rc=1; \
+	echo "== the same, linked by gold"; \
+	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_fully_static_gold || rc=1; \
+	echo "== linked.c without .eh_frame_hdr, run directly and as ld.so ./linked_nohdr"; \
+	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_nohdr || rc=1; \
+	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $$($(CC) -print-file-name=ld-linux-x86-64.so.2) \
+		$(TEST_DIR)/linked_nohdr || rc=1; \
 	echo "== make install, then programs built with pkg-config"; \
 	test/integration/installed.sh || rc=1; \
 	echo "== real programs with and without LD_PRELOAD"; \
