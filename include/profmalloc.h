@@ -71,9 +71,10 @@ int profmalloc_get_stats(profmalloc_stats_t *out);
  * gperftools "heap profile: ... @ heap_v2/<rate>" text.  profmalloc_dump
  * picks the legacy format for a path ending in ".heap", writes to a
  * temporary file beside `path` and renames it, so `path` is never left
- * half-written (through a symbolic link, the file it leads to); a `path`
- * that exists and is not a regular file (/dev/stdout, a FIFO, a device) is
- * written into in place.  Both return 0, or -1 with errno set. */
+ * half-written (through a symbolic link, the file it leads to);
+ * /dev/stdout and /dev/fd/N are written through the descriptor, and another
+ * `path` that exists and is not a regular file (a FIFO, a device) in place.
+ * Both return 0, or -1 with errno set. */
 #define PROFMALLOC_FORMAT_PPROF 0
 #define PROFMALLOC_FORMAT_LEGACY 1
 int profmalloc_dump(const char *path);

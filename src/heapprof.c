@@ -541,29 +541,91 @@ static int open_temp(const char *path, char *tmp, size_t cap)
 
 enum { DUMP_PATH_CAP = 4096 };
 
-/* Where a dump to `path` goes.  A regular file, or nothing yet: returns 0
- * with that path in `out`, to be replaced through a temporary.  A symbolic
- * link is followed (up to 40 links) and the file it leads to is replaced,
- * not the link.  Anything else — a device such as /dev/null, a FIFO, a
- * terminal, /dev/stdout, a directory — returns 1: renaming over it would
- * replace the node itself (as root, /dev/null for the whole machine), so
- * the dump is written into it in place.  -1 with errno on failure. */
-static int dump_target(const char *path, char *out, char *link)
+/* The descriptor a path names when it is one of this process's own:
+ * /proc/self/fd/N, /proc/<pid>/fd/N, /dev/fd/N (and so /dev/stdout, a link
+ * to /proc/self/fd/1); -1 otherwise. */
+static int own_fd_path(const char *p)
+{
+    static const char *const prefixes[] = {"/proc/self/fd/", "/dev/fd/", "/proc/"};
+    for (int k = 0; k < 3; k++) {
+        const char *a = prefixes[k], *q = p;
+        while (*a && *q == *a) a++, q++;
+        if (*a) continue;
+        if (k == 2) { /* /proc/<pid>/fd/: this process's pid only */
+            uint64_t pid = 0;
+            const char *d = q;
+            while (*q >= '0' && *q <= '9' && q - d < 10) pid = pid * 10 + (uint64_t)(*q++ - '0');
+            if (q == d || pid != (uint64_t)pm_os_getpid()) return -1;
+            for (a = "/fd/"; *a && *q == *a;) a++, q++;
+            if (*a) return -1;
+        }
+        int fd = 0;
+        const char *d = q;
+        while (*q >= '0' && *q <= '9' && q - d < 9) fd = fd * 10 + (*q++ - '0');
+        return q > d && !*q ? fd : -1;
+    }
+    return -1;
+}
+
+/* May `link` (lstat in *st) be followed?  The kernel's rule for
+ * fs.protected_symlinks, applied whatever the setting, since the link is
+ * resolved here and not by the kernel: in a sticky world-writable
+ * directory (/tmp), only a link owned by us or by the directory's owner.
+ * `dir` is a buffer for the directory's name. */
+static int may_follow(const char *link, const struct stat *st, char *dir)
+{
+    size_t n = 0;
+    for (size_t i = 0; link[i]; i++)
+        if (link[i] == '/') n = i;
+    if (n == 0 && link[0] != '/') {
+        dir[0] = '.';
+        n = 1;
+    } else {
+        if (n == 0) n = 1; /* "/name" */
+        for (size_t i = 0; i < n; i++) dir[i] = link[i];
+    }
+    dir[n] = 0;
+    struct stat ds;
+    if (stat(dir, &ds) != 0) return -1;
+    if ((ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) && st->st_uid != geteuid() && st->st_uid != ds.st_uid) {
+        errno = EACCES;
+        return -1;
+    }
+    return 0;
+}
+
+enum { DUMP_REPLACE, DUMP_IN_PLACE, DUMP_TO_FD };
+
+/* Where a dump to `path` goes.  A regular file, or nothing yet:
+ * DUMP_REPLACE with that path in `out` (*mode: the file's permission bits,
+ * or -1), to be replaced through a temporary.  A symbolic link is followed
+ * (up to 40 links; in a sticky world-writable directory only our own or the
+ * directory owner's) and the file it leads to is replaced, not the link.
+ * One of our descriptors (/dev/stdout, /proc/self/fd/N): DUMP_TO_FD with
+ * the descriptor in *fd, written at its offset (">>" appends), never
+ * reopened or replaced.  Anything else — a device such as /dev/null, a
+ * FIFO, a directory — DUMP_IN_PLACE: renaming over it would replace the
+ * node itself (as root, /dev/null for the whole machine), so the dump is
+ * written into `out`.  -1 with errno on failure. */
+static int dump_target(const char *path, char *out, char *link, int *fd, int *mode)
 {
     size_t n = pm_fmt_strlen(path);
+    *mode = -1;
     if (n >= DUMP_PATH_CAP) {
         errno = ENAMETOOLONG;
         return -1;
     }
     for (size_t i = 0; i <= n; i++) out[i] = path[i];
     for (int depth = 0; depth <= 40; depth++) {
+        if ((*fd = own_fd_path(out)) >= 0) return DUMP_TO_FD;
         struct stat st;
-        if (lstat(out, &st) != 0) return errno == ENOENT ? 0 : -1;
-        if (S_ISREG(st.st_mode)) return 0;
-        if (!S_ISLNK(st.st_mode)) return 1;
-        /* a link to something that is not a regular file (/dev/stdout ->
-         * /proc/self/fd/1 -> a pipe, whose "target" is no path) */
-        if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return 1;
+        if (lstat(out, &st) != 0) return errno == ENOENT ? DUMP_REPLACE : -1;
+        if (S_ISREG(st.st_mode)) {
+            *mode = (int)(st.st_mode & 0777);
+            return DUMP_REPLACE;
+        }
+        if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
+        if (may_follow(out, &st, link) != 0) return -1;
         ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
         if (len <= 0) return -1;
         link[len] = 0;
@@ -581,34 +643,45 @@ static int dump_target(const char *path, char *out, char *link)
     return -1;
 }
 
-/* Writes the dump into an existing node that is not a regular file.
- * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
- * the dump forever; the writes themselves block as usual.  A pipe whose
- * reader has gone (/dev/stdout into `| head`) fails with EPIPE: SIGPIPE is
- * blocked meanwhile and the one the write raised taken back, so a dump
- * never kills the program. */
-static int dump_in_place(const char *path, int format)
+/* Writes the dump into a descriptor that is not a regular file of ours.  A
+ * pipe whose reader has gone (/dev/stdout into `| head`) fails with EPIPE:
+ * SIGPIPE is blocked meanwhile and the one the write raised taken back, so
+ * a dump never kills the program. */
+static int dump_into(int fd, int format)
 {
-    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0) return -1;
     pm_os_sigpipe_t sp;
     pm_os_sigpipe_block(&sp);
-    int flags = fcntl(fd, F_GETFL);
-    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : profmalloc_dump_fd(fd, format);
+    int rc = profmalloc_dump_fd(fd, format);
     int saved = errno;
-    pm_os_close(fd);
     pm_os_sigpipe_restore(&sp, rc != 0 && saved == EPIPE);
     errno = saved;
     return rc;
 }
 
+/* Writes the dump into an existing node that is not a regular file.
+ * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
+ * the dump forever; the writes themselves block as usual. */
+static int dump_in_place(const char *path, int format)
+{
+    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format);
+    int saved = errno;
+    pm_os_close(fd);
+    errno = saved;
+    return rc;
+}
+
 /* Writes the dump to a temporary beside `target` (a regular file or none
- * yet) and renames it over `target`: never half-written. */
-static int dump_replacing(const char *target, char *tmp, int format)
+ * yet) and renames it over `target`: never half-written.  The replaced
+ * file's permission bits carry over (mode >= 0). */
+static int dump_replacing(const char *target, char *tmp, int format, int mode)
 {
     int fd = open_temp(target, tmp, DUMP_PATH_CAP);
     if (fd < 0) return -1;
-    int rc = profmalloc_dump_fd(fd, format);
+    int rc = mode >= 0 ? fchmod(fd, (mode_t)mode) : 0;
+    if (rc == 0) rc = profmalloc_dump_fd(fd, format);
     if (rc == 0) rc = pm_os_fsync(fd);
     int saved = errno;
     if (pm_os_close(fd) != 0 && rc == 0) {
@@ -639,11 +712,14 @@ PM_EXPORT int profmalloc_dump(const char *path)
         return -1;
     }
     char *target = tmp + DUMP_PATH_CAP;
-    int rc = dump_target(path, target, target + DUMP_PATH_CAP);
-    if (rc == 1)
-        rc = dump_in_place(path, format);
-    else if (rc == 0)
-        rc = dump_replacing(target, tmp, format);
+    int fd = -1, mode = -1;
+    int rc = dump_target(path, target, target + DUMP_PATH_CAP, &fd, &mode);
+    if (rc == DUMP_TO_FD)
+        rc = dump_into(fd, format);
+    else if (rc == DUMP_IN_PLACE)
+        rc = dump_in_place(target, format);
+    else if (rc == DUMP_REPLACE)
+        rc = dump_replacing(target, tmp, format, mode);
     int saved = errno;
     pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
     errno = saved;

@@ -844,6 +844,67 @@ static void test_dump_to_special_files(void **state)
     assert_false(sigismember(&pending, SIGPIPE));
     close(pfd[1]);
 
+    /* /dev/stdout redirected with >> to a log: the dump goes through the
+     * descriptor, after what is there, into the same file */
+    const char *log = path_in_dir("prof-log.txt");
+    int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    assert_true(lfd >= 0);
+    assert_int_equal(write(lfd, "previous\n", 9), 9);
+    struct stat before;
+    assert_int_equal(fstat(lfd, &before), 0);
+    snprintf(target, sizeof target, "/proc/self/fd/%d", lfd);
+    unlink(out);
+    assert_int_equal(symlink(target, out), 0);
+    assert_int_equal(profmalloc_dump(out), 0);
+    char fdname[32];
+    snprintf(fdname, sizeof fdname, "/dev/fd/%d", lfd);
+    assert_int_equal(profmalloc_dump(fdname), 0);
+    close(lfd);
+    size_t loglen;
+    uint8_t *logtext = slurp(log, &loglen);
+    assert_true(loglen > 200 && memcmp(logtext, "previous\n", 9) == 0 && logtext[9] == 0x1f && logtext[10] == 0x8b);
+    free(logtext);
+    assert_int_equal(stat(log, &sb), 0);
+    assert_true(sb.st_ino == before.st_ino); /* written into, not replaced */
+
+    /* a regular file keeps its permission bits when a dump replaces it */
+    const char *priv = path_in_dir("prof-private.pb.gz");
+    unlink(priv);
+    int pfd0 = open(priv, O_WRONLY | O_CREAT, 0600);
+    assert_true(pfd0 >= 0);
+    close(pfd0);
+    assert_int_equal(chmod(priv, 0600), 0);
+    assert_int_equal(profmalloc_dump(priv), 0);
+    assert_int_equal(stat(priv, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+
+    /* a link another user planted in a sticky world-writable directory
+     * (/tmp) is not followed, as the kernel's protected_symlinks would not
+     * (root only: the link must belong to someone else) */
+    if (geteuid() == 0) {
+        const char *sticky = path_in_dir("prof-sticky");
+        mkdir(sticky, 01777);
+        assert_int_equal(chmod(sticky, 01777), 0);
+        const char *victim = path_in_dir("prof-victim");
+        FILE *vf = fopen(victim, "w");
+        assert_non_null(vf);
+        fputs("precious\n", vf);
+        fclose(vf);
+        const char *planted = path_in_dir("prof-sticky/heap.pb.gz");
+        unlink(planted);
+        assert_int_equal(symlink(victim, planted), 0);
+        assert_int_equal(lchown(planted, 65534, 65534), 0);
+        errno = 0;
+        assert_int_equal(profmalloc_dump(planted), -1);
+        assert_int_equal(errno, EACCES);
+        size_t vlen;
+        uint8_t *vtext = slurp(victim, &vlen);
+        assert_true(vlen == 9 && memcmp(vtext, "precious\n", 9) == 0);
+        free(vtext);
+        assert_int_equal(lstat(planted, &sb), 0);
+        assert_true(S_ISLNK(sb.st_mode));
+    }
+
     /* a relative link to a regular file in another directory: the file is
      * replaced (whole, through a temporary there), the link stays */
     mkdir(path_in_dir("prof-linkdir"), 0755);
