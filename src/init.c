@@ -65,12 +65,21 @@ extern void *pm_malloc_here(size_t) __attribute__((weak, visibility("hidden")));
  * library (program -> libfoo.so -> libprofmalloc.so), or preloaded behind
  * another allocator, profmalloc's malloc never runs: the program's calls
  * bind to the first malloc in load order.  Say so once, instead of
- * silently profiling nothing.  `malloc` here is read through the GOT: the
- * definition the program's calls reach. */
+ * silently profiling nothing.  The test is what a call of the program's
+ * malloc returns (through the GOT, as the program calls it), not whose
+ * address it is: a preloaded wrapper in front that forwards to profmalloc
+ * (libc_malloc_debug, a dlsym(RTLD_NEXT) counter) is fine. */
 static void check_interposed(void)
 {
+    if (!pm_malloc_here) return;
     void *(*volatile bound)(size_t) = malloc;
-    if (pm_malloc_here && bound != pm_malloc_here)
+    void (*volatile release)(void *) = free;
+    if (bound == pm_malloc_here) return;
+    void *p = bound(1);
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+    int ours = p && pm_pagemap_span(page) != NULL;
+    release(p);
+    if (!ours)
         pm_os_message("loaded after another malloc, which the program uses instead; "
                       "link profmalloc into the executable (-Wl,--no-as-needed -lprofmalloc) "
                       "or LD_PRELOAD it");

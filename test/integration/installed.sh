@@ -52,6 +52,13 @@ check() { # name, program -> the program's exit dump must exist, no message
     -Wl,-rpath,"$tmp/prefix/lib"
 check "pkg-config, shared, --as-needed" "$tmp/app_shared"
 
+# the order CMake's pkg_check_modules(... IMPORTED_TARGET) links in: the
+# options first, then the objects, then the library
+# shellcheck disable=SC2046
+"$CC" -O2 -Wl,--as-needed $(pkg-config --libs-only-other profmalloc) "$tmp/app.c" -o "$tmp/app_cmake" \
+    $(pkg-config --cflags --libs-only-L --libs-only-l profmalloc) -Wl,-rpath,"$tmp/prefix/lib"
+check "pkg-config, options ahead of the objects (CMake)" "$tmp/app_cmake"
+
 # shellcheck disable=SC2046
 "$CC" -O2 -static "$tmp/app.c" -o "$tmp/app_static" $(pkg-config --static --cflags --libs profmalloc)
 check "pkg-config --static, cc -static" "$tmp/app_static"
@@ -77,3 +84,25 @@ if ! grep -q "^profmalloc: loaded after another malloc" "$tmp/err"; then
     exit 1
 fi
 echo "PASS installed: a warning when loaded behind another malloc"
+
+# A preloaded wrapper in front that forwards to profmalloc (a counter using
+# dlsym(RTLD_NEXT), libc_malloc_debug) is no other allocator: no warning.
+cat >"$tmp/wrap.c" <<'EOC'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+static void *(*next_malloc)(size_t);
+void *malloc(size_t n)
+{
+    if (!next_malloc) next_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    return next_malloc(n);
+}
+EOC
+"$CC" -shared -fPIC "$tmp/wrap.c" -o "$tmp/libwrap.so" -ldl
+"$CC" "$tmp/uselib.c" "$tmp/lib.c" -o "$tmp/plain"
+LD_PRELOAD="$tmp/libwrap.so $tmp/prefix/lib/libprofmalloc.so" PROFMALLOC_DUMP="$tmp/w.pb.gz" "$tmp/plain" 2>"$tmp/err"
+if [ -s "$tmp/err" ] || [ ! -s "$tmp/w.pb.gz" ]; then
+    echo "FAIL installed: behind a forwarding wrapper: $(cat "$tmp/err")" >&2
+    exit 1
+fi
+echo "PASS installed: no warning behind a wrapper that forwards to it"
