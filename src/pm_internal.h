@@ -151,6 +151,9 @@ void pm_tcache_flush_all(pm_tcache_t *t);
  * and gives the number of live threads (racy reads of other threads'
  * lengths: a snapshot for reports). */
 void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *threads);
+/* How often grow_budget looked for budget to steal, and how many thread
+ * caches it looked at (for tests). */
+void pm_tcache_steal_work(uint64_t *walks, uint64_t *visits);
 void pm_tcache_lock_all(void);
 void pm_tcache_unlock_all(int child);
 

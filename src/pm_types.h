@@ -85,6 +85,8 @@ typedef struct pm_tcache {
     uint64_t sample_rate;           /* rate the countdown was drawn with */
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
+    uint16_t steal_skip;            /* budget growths to refuse before stealing again */
+    uint16_t steal_backoff;         /* the last skip; doubles per failed steal */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;

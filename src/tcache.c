@@ -32,6 +32,8 @@ PM_TLS pm_tcache_t pm_tls;
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
 #define FIRST_LEN 4      /* a list's length limit at its first use */
+#define STEAL_TRIES 16   /* threads one budget growth looks at (grow_budget) */
+#define STEAL_BACKOFF_MAX 1024
 
 /* The registry of live thread caches.  Its nodes live in metadata memory,
  * not in the threads' TLS: a thread whose first allocation comes in its
@@ -51,6 +53,7 @@ typedef struct pm_treg {
 } pm_treg_t;
 
 static pm_lock_t reg_lock = PM_LOCK_INIT;
+static _Atomic uint64_t steal_walks, steal_visits; /* for tests: grow_budget's work */
 static pm_treg_t *threads;             /* registry, under reg_lock */
 static pm_treg_t *steal_cursor;        /* next victim, under reg_lock */
 static pm_treg_t *spare_nodes;         /* linked by next, under reg_lock */
@@ -192,8 +195,16 @@ static void shrink(pm_tcache_t *t)
     }
 }
 
+void pm_tcache_steal_work(uint64_t *walks, uint64_t *visits)
+{
+    *walks = pm_relaxed_load(&steal_walks);
+    *visits = pm_relaxed_load(&steal_visits);
+}
+
 /* Finds `bytes` more budget: from the pool, else from another thread's
- * unused budget (thieves serialise on reg_lock; the victim only adds). */
+ * unused budget (thieves serialise on reg_lock; the victim only adds).
+ * 1: found; 0: not found; -1: not looked for (a thread that found nothing
+ * recently waits before it looks again). */
 static int grow_budget(pm_tcache_t *t, size_t bytes)
 {
     size_t want = bytes > STEP ? bytes : STEP;
@@ -204,9 +215,20 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
         return 1;
     }
     if (got) atomic_fetch_add(&unclaimed, (int64_t)got);
+    /* The pool is empty.  Stealing looks at a few threads per attempt (the
+     * cursor moves on, so all get their turn), and a thread that found
+     * nothing waits out twice as many growths before it looks again: with
+     * every one of many threads at its minimum, each refill walked them all
+     * under reg_lock (1000 threads: 9.1 s against glibc's 0.36 s). */
+    if (t->steal_skip) {
+        t->steal_skip--;
+        return -1;
+    }
     int ok = 0;
     pm_lock(&reg_lock);
-    for (uint64_t tries = 0; tries < nthreads && !ok; tries++) {
+    pm_relaxed_add(&steal_walks, 1);
+    for (uint64_t tries = 0; tries < nthreads && tries < STEAL_TRIES && !ok; tries++) {
+        pm_relaxed_add(&steal_visits, 1);
         pm_treg_t *n = steal_cursor ? steal_cursor : threads;
         steal_cursor = n ? n->next : NULL;
         if (!n) continue;
@@ -225,6 +247,14 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
         }
     }
     pm_unlock(&reg_lock);
+    if (ok) {
+        t->steal_backoff = 0;
+    } else {
+        t->steal_backoff = t->steal_backoff ? (t->steal_backoff < STEAL_BACKOFF_MAX / 2 ? t->steal_backoff * 2
+                                                                                     : STEAL_BACKOFF_MAX)
+                                            : 1;
+        t->steal_skip = t->steal_backoff;
+    }
     return ok;
 }
 
@@ -268,9 +298,13 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
     if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
     size_t bytes = (size_t)by * pm_class_size[cls];
     if (!by) return;
-    if (t->capacity + bytes > atomic_load(&t->budget) && !grow_budget(t, bytes) &&
-        (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget)))
-        return;
+    if (t->capacity + bytes > atomic_load(&t->budget)) {
+        int grown = grow_budget(t, bytes);
+        /* after a failed steal, idle lists give up room; while stealing
+         * waits (-1), so does scavenging: it walks every class */
+        if (grown < 0 || (grown == 0 && (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget))))
+            return;
+    }
     l->max_len += by;
     t->capacity += bytes;
 }

@@ -1813,6 +1813,51 @@ static void test_tcache_budget_invariant(void **state)
     check_tcache_invariants(&pm_tls, "main thread");
 }
 
+/* More live threads than the pool has budget for (32 MiB / 512 KiB = 64):
+ * every thread ends at its minimum and its lists keep asking for more.  A
+ * budget growth looks at a bounded number of other threads, and a thread
+ * that found nothing waits before it looks again: each growth used to walk
+ * every thread under one lock (1000 threads: 9 s, glibc 0.4 s). */
+enum { CROWD = 160 };
+static pthread_barrier_t crowd_barrier;
+
+static void *crowd_thread(void *arg)
+{
+    (void)arg;
+    enum { PER = 64 };
+    static const size_t sizes[] = {48, 96, 208, 448, 960, 2048, 4096, 8192};
+    void *b[PER];
+    pthread_barrier_wait(&crowd_barrier); /* all alive at once */
+    for (int round = 0; round < 40; round++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            for (int i = 0; i < PER; i++) assert_non_null(b[i] = pm_malloc(sizes[k]));
+            for (int i = 0; i < PER; i++) pm_free(b[i]);
+        }
+    pthread_barrier_wait(&crowd_barrier);
+    return NULL;
+}
+
+static void test_tcache_crowd_steals_bounded(void **state)
+{
+    (void)state;
+    uint64_t w0, v0, w1, v1;
+    pm_tcache_steal_work(&w0, &v0);
+    pthread_t th[CROWD];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 128 << 10);
+    assert_int_equal(pthread_barrier_init(&crowd_barrier, NULL, CROWD), 0);
+    for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_create(&th[i], &attr, crowd_thread, NULL), 0);
+    for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&crowd_barrier);
+    pthread_attr_destroy(&attr);
+    pm_tcache_steal_work(&w1, &v1);
+    uint64_t walks = w1 - w0, visits = v1 - v0;
+    assert_true(walks > 0);               /* the pool did run out */
+    assert_true(visits <= 16 * walks);    /* a few threads per look */
+    assert_true(walks <= (uint64_t)CROWD * 48); /* and few looks per thread (~16 here; 800 without the wait) */
+}
+
 /* One thread's cache never holds more than 1 MiB (tcache.c MAX_BUDGET),
  * however much the global pool has left: a thread that cycles through
  * blocks of 8..64 KiB grows its lists up to that cap and no further. */
@@ -2612,6 +2657,7 @@ int main(void)
         cmocka_unit_test(test_tcache_exit_flushes),
         cmocka_unit_test(test_tcache_dead_thread),
         cmocka_unit_test(test_tcache_budget_invariant),
+        cmocka_unit_test(test_tcache_crowd_steals_bounded),
         cmocka_unit_test(test_tcache_thread_cap),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
         cmocka_unit_test(test_alloc_countdown_charged_once),
