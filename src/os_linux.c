@@ -60,6 +60,11 @@ void pm_os_unmap(void *addr, size_t size)
     errno = saved;
 }
 
+/* Set once madvise has reported success and kept a page (a seccomp filter
+ * answering 0, some emulators): from then on nothing counts as released,
+ * so calloc zeroes what it hands out. */
+static _Atomic int madvise_keeps;
+
 int pm_os_release(void *addr, size_t size)
 {
     /* madvise rounds the length up to the kernel's page: on a kernel with
@@ -69,8 +74,18 @@ int pm_os_release(void *addr, size_t size)
     uintptr_t lo = (a + mask) & ~mask, hi = (a + size) & ~mask;
     int rc = 0;
     if (hi > lo) {
+        if (atomic_load_explicit(&madvise_keeps, memory_order_relaxed)) return -1;
+        /* the first page made resident, then asked whether it still is:
+         * a real release leaves it out (mincore, not a read, which would
+         * map the zero page there) */
+        *(volatile uint8_t *)lo = 1;
         int saved = errno;
         rc = madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        unsigned char vec = 0;
+        if (rc == 0 && mincore((void *)lo, 1, &vec) == 0 && (vec & 1)) {
+            atomic_store_explicit(&madvise_keeps, 1, memory_order_relaxed);
+            rc = -1;
+        }
         errno = saved;
     }
     return rc == 0 && lo == a && hi == a + size ? 0 : -1;
