@@ -1076,6 +1076,50 @@ static void out_counts(out_t *o, const uint64_t v[4])
     out_put(o, line, n + 3);
 }
 
+/* dl_iterate_phdr callback: the object's loaded segments as lines of
+ * /proc/self/maps ("start-end perms offset dev inode path"), for a legacy
+ * profile written where /proc is not mounted.  The program is named by
+ * AT_EXECFN, the path it was started with. */
+static int maps_line_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    out_t *o = data;
+    (void)size;
+    const char *name = info->dlpi_name;
+    if (!name || !name[0]) name = (const char *)getauxval(AT_EXECFN);
+    if (!name || !strchr(name, '/')) return 0; /* the vDSO: no file */
+    uintptr_t page = getauxval(AT_PAGESZ);
+    if (!page || (page & (page - 1))) page = 4096;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !ph->p_memsz) continue;
+        uint64_t vstart = info->dlpi_addr + ph->p_vaddr, delta = vstart & (page - 1);
+        uint64_t start = vstart - delta, end = (vstart + ph->p_memsz + page - 1) & ~(uint64_t)(page - 1);
+        uint64_t off = ph->p_offset >= delta ? ph->p_offset - delta : 0;
+        char line[96];
+        size_t n = fmt_hex(line, start) - 2; /* maps has no 0x */
+        memmove(line, line + 2, n);
+        line[n++] = '-';
+        size_t k = fmt_hex(line + n, end);
+        memmove(line + n, line + n + 2, k - 2);
+        n += k - 2;
+        line[n++] = ' ';
+        line[n++] = ph->p_flags & PF_R ? 'r' : '-';
+        line[n++] = ph->p_flags & PF_W ? 'w' : '-';
+        line[n++] = ph->p_flags & PF_X ? 'x' : '-';
+        line[n++] = 'p';
+        line[n++] = ' ';
+        k = fmt_hex(line + n, off);
+        memmove(line + n, line + n + 2, k - 2);
+        n += k - 2;
+        memcpy(line + n, " 00:00 0 ", 9);
+        n += 9;
+        out_put(o, line, n);
+        out_put(o, name, strlen(name));
+        out_put(o, "\n", 1);
+    }
+    return o->err ? 1 : 0;
+}
+
 static int write_legacy(int fd, const pm_prof_snapshot_t *s)
 {
     out_t o = {fd, 0, NULL, 0, 65536};
@@ -1121,7 +1165,12 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
     out_put(&o, "\nMAPPED_LIBRARIES:\n", 19);
     out_flush(&o);
     int mfd = o.err ? -1 : pm_os_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
-    if (mfd < 0 && !o.err) o.err = errno;
+    if (mfd < 0 && !o.err) { /* no /proc: the loaded objects, in its format */
+        pm_lock(&phdr_lock);
+        dl_iterate_phdr(maps_line_cb, &o);
+        pm_unlock(&phdr_lock);
+        out_flush(&o);
+    }
     for (ssize_t r; mfd >= 0 && !o.err && (r = pm_os_read(mfd, o.buf, o.cap)) != 0;) {
         if (r < 0) {
             o.err = errno;

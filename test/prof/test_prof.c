@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -944,6 +946,39 @@ static void test_legacy_format_by_name(void **state)
     free(text);
 }
 
+/* Without /proc (a container, a chroot), a legacy dump still lists the
+ * loaded objects, in /proc/self/maps' format, from the loader's list.  In a
+ * child with /proc unmounted in a mount namespace of its own (root only). */
+static void test_legacy_dump_without_proc(void **state)
+{
+    (void)state;
+    const char *path = path_in_dir("prof-noproc.heap");
+    unlink(path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            umount2("/proc", MNT_DETACH) != 0)
+            _exit(77);
+        if (access("/proc/self/maps", F_OK) == 0) _exit(77);
+        keep[0] = malloc(1 << 20);
+        _exit(profmalloc_dump(path) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+    size_t len;
+    char *text = (char *)slurp(path, &len);
+    char *maps = strstr(text, "\nMAPPED_LIBRARIES:\n");
+    assert_non_null(maps);
+    assert_non_null(strstr(maps, "libprofmalloc.so")); /* from dl_iterate_phdr */
+    assert_non_null(strstr(maps, " r-xp ")); /* code segments, perms as maps prints them */
+    assert_non_null(strstr(maps, "test_prof\n")); /* the program, by AT_EXECFN */
+    free(text);
+}
+
 static char *run_program(const char *env, const char *exe, const char *mode, int *status)
 {
     char cmd[3 * PATH_MAX];
@@ -1143,6 +1178,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_errors_leave_nothing),
         cmocka_unit_test(test_dump_to_special_files),
         cmocka_unit_test(test_legacy_format_by_name),
+        cmocka_unit_test(test_legacy_dump_without_proc),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_dump_at_exit_after_retitle),
         cmocka_unit_test(test_frame_pointer_unwind),
