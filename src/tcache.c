@@ -18,6 +18,9 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <errno.h>
 
 PM_TLS pm_tcache_t pm_tls;
 
@@ -86,6 +89,20 @@ static int node_alive(pm_treg_t *n)
     return (w & FUTEX_TID_MASK) != 0;
 }
 
+/* Cleared once a thread turns out to have no robust list (set_robust_list
+ * refused: qemu-user, a seccomp filter): the kernel then never marks a
+ * dead owner, and a live-looking node may belong to a thread that died in
+ * its last destructor round, its TLS gone.  From then on no walk reads
+ * another thread's cache (stats count no thread's cached blocks, budget is
+ * never taken from another thread); nothing else changes. */
+static _Atomic int robust_ok = 1;
+
+/* May a walk read the cache of node n's thread (alive, and known to be)? */
+static int node_readable(pm_treg_t *n)
+{
+    return atomic_load_explicit(&robust_ok, memory_order_relaxed) && node_alive(n);
+}
+
 static void node_unlink_locked(pm_treg_t *n)
 {
     if (n->prev) n->prev->next = n->next;
@@ -110,6 +127,18 @@ static void node_claim(pm_treg_t *n, pm_tcache_t *t)
     t->reg = n;
 }
 
+/* Does the calling thread have a robust list for the kernel to walk at its
+ * death?  (Asked outside any lock: a system call.) */
+static int have_robust_list(void)
+{
+    void *head = NULL;
+    size_t len = 0;
+    int saved = errno;
+    long rc = syscall(SYS_get_robust_list, 0, &head, &len);
+    errno = saved;
+    return rc == 0 && head != NULL;
+}
+
 void pm_tcache_thread_start(pm_tcache_t *t)
 {
     size_t budget = claim(START_BUDGET);
@@ -131,6 +160,7 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     if (!n) n = pm_meta_alloc(sizeof *n); /* NULL: the thread stays out of the stats */
     t->reg = NULL;
     if (n) {
+        if (!have_robust_list()) atomic_store_explicit(&robust_ok, 0, memory_order_relaxed);
         node_claim(n, t);
         pm_lock(&reg_lock);
         n->prev = NULL;
@@ -236,6 +266,7 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
             node_unlink_locked(n);
             continue;
         }
+        if (!node_readable(n)) continue;
         pm_tcache_t *v = n->t;
         if (v == t) continue;
         size_t vb = atomic_load(&v->budget);
@@ -382,6 +413,7 @@ void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *nthreads_ou
             node_unlink_locked(n);
             continue;
         }
+        if (!node_readable(n)) continue;
         for (unsigned cls = 1; cls < pm_class_count; cls++)
             counts[cls] += ((volatile pm_tlist_t *)&n->t->list[cls])->len;
     }
