@@ -336,6 +336,21 @@ static size_t fmt_hex(char *out, uint64_t v)
     return i;
 }
 
+/* v in hex without the 0x, as /proc/self/maps prints addresses. */
+static size_t fmt_hex_bare(char *out, uint64_t v)
+{
+    size_t n = fmt_hex(out, v) - 2;
+    memmove(out, out + 2, n);
+    return n;
+}
+
+/* The kernel's page size (segments are mapped in whole pages). */
+static uintptr_t kernel_page(void)
+{
+    uintptr_t page = getauxval(AT_PAGESZ);
+    return page && !(page & (page - 1)) ? page : 4096;
+}
+
 /* ---- ELF: build ids and symbols --------------------------------------- */
 
 #define BUILD_ID_MAX 64
@@ -693,8 +708,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
     uint32_t file = intern(w, name), build_str = intern(w, build);
     if (exe) pm_os_unmap(exe, PATH_MAX);
     size_t first = COUNT(w->maps, map_t);
-    uintptr_t page = getauxval(AT_PAGESZ);
-    if (!page || (page & (page - 1))) page = 4096;
+    uintptr_t page = kernel_page();
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !ph->p_memsz) continue;
@@ -1087,30 +1101,22 @@ static int maps_line_cb(struct dl_phdr_info *info, size_t size, void *data)
     const char *name = info->dlpi_name;
     if (!name || !name[0]) name = (const char *)getauxval(AT_EXECFN);
     if (!name || !strchr(name, '/')) return 0; /* the vDSO: no file */
-    uintptr_t page = getauxval(AT_PAGESZ);
-    if (!page || (page & (page - 1))) page = 4096;
+    uintptr_t page = kernel_page();
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !ph->p_memsz) continue;
         uint64_t vstart = info->dlpi_addr + ph->p_vaddr, delta = vstart & (page - 1);
-        uint64_t start = vstart - delta, end = (vstart + ph->p_memsz + page - 1) & ~(uint64_t)(page - 1);
-        uint64_t off = ph->p_offset >= delta ? ph->p_offset - delta : 0;
         char line[96];
-        size_t n = fmt_hex(line, start) - 2; /* maps has no 0x */
-        memmove(line, line + 2, n);
+        size_t n = fmt_hex_bare(line, vstart - delta);
         line[n++] = '-';
-        size_t k = fmt_hex(line + n, end);
-        memmove(line + n, line + n + 2, k - 2);
-        n += k - 2;
+        n += fmt_hex_bare(line + n, (vstart + ph->p_memsz + page - 1) & ~(uint64_t)(page - 1));
         line[n++] = ' ';
         line[n++] = ph->p_flags & PF_R ? 'r' : '-';
         line[n++] = ph->p_flags & PF_W ? 'w' : '-';
         line[n++] = ph->p_flags & PF_X ? 'x' : '-';
         line[n++] = 'p';
         line[n++] = ' ';
-        k = fmt_hex(line + n, off);
-        memmove(line + n, line + n + 2, k - 2);
-        n += k - 2;
+        n += fmt_hex_bare(line + n, ph->p_offset >= delta ? ph->p_offset - delta : 0);
         memcpy(line + n, " 00:00 0 ", 9);
         n += 9;
         out_put(o, line, n);
