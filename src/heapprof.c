@@ -403,8 +403,16 @@ void pm_heapprof_lock_all(void)
     for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
 }
 
+/* One dump at a time goes into a shared descriptor (dump_into): threads
+ * dumping to /dev/stdout at once interleaved their writes into one corrupt
+ * stream.  Only dumps take it, never the allocator, and the fork handlers
+ * leave it alone (a dump into a slow pipe would hold up every fork); a
+ * forked child, where the holder does not exist, resets it. */
+static pm_lock_t into_lock = PM_LOCK_INIT;
+
 void pm_heapprof_unlock_all(int child)
 {
+    if (child) pm_lock_reset(&into_lock);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);
@@ -561,6 +569,7 @@ static int own_fd_path(const char *p)
         }
         int fd = 0;
         const char *d = q;
+        if (d[0] == '0' && d[1]) return -1; /* the kernel names no "01" */
         while (*q >= '0' && *q <= '9' && q - d < 9) fd = fd * 10 + (*q++ - '0');
         return q > d && !*q ? fd : -1;
     }
@@ -594,7 +603,7 @@ static int may_follow(const char *link, const struct stat *st, char *dir)
     return 0;
 }
 
-enum { DUMP_REPLACE, DUMP_IN_PLACE, DUMP_TO_FD };
+enum { DUMP_REPLACE, DUMP_IN_PLACE, DUMP_THROUGH_LINK, DUMP_TO_FD };
 
 /* Where a dump to `path` goes.  A regular file, or nothing yet:
  * DUMP_REPLACE with that path in `out` (*mode: the file's permission bits,
@@ -626,6 +635,10 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
         }
         if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
         if (may_follow(out, &st, link) != 0) return -1;
+        /* a link to something that is no regular file, whose target may be
+         * no path at all (/proc/thread-self/fd/1 -> "pipe:[N]"): written in
+         * place through the link */
+        if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return DUMP_THROUGH_LINK;
         ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
         if (len <= 0) return -1;
         link[len] = 0;
@@ -651,8 +664,10 @@ static int dump_into(int fd, int format)
 {
     pm_os_sigpipe_t sp;
     pm_os_sigpipe_block(&sp);
+    pm_lock(&into_lock);
     int rc = profmalloc_dump_fd(fd, format);
     int saved = errno;
+    pm_unlock(&into_lock);
     pm_os_sigpipe_restore(&sp, rc != 0 && saved == EPIPE);
     errno = saved;
     return rc;
@@ -661,9 +676,11 @@ static int dump_into(int fd, int format)
 /* Writes the dump into an existing node that is not a regular file.
  * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
  * the dump forever; the writes themselves block as usual. */
-static int dump_in_place(const char *path, int format)
+static int dump_in_place(const char *path, int format, int follow)
 {
-    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0);
+    /* O_NOFOLLOW unless `path` is a link already checked: a FIFO found at
+     * `path` may have become a link by now (a race in a shared directory) */
+    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
     if (fd < 0) return -1;
     int flags = fcntl(fd, F_GETFL);
     int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format);
@@ -716,8 +733,8 @@ PM_EXPORT int profmalloc_dump(const char *path)
     int rc = dump_target(path, target, target + DUMP_PATH_CAP, &fd, &mode);
     if (rc == DUMP_TO_FD)
         rc = dump_into(fd, format);
-    else if (rc == DUMP_IN_PLACE)
-        rc = dump_in_place(target, format);
+    else if (rc == DUMP_IN_PLACE || rc == DUMP_THROUGH_LINK)
+        rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK);
     else if (rc == DUMP_REPLACE)
         rc = dump_replacing(target, tmp, format, mode);
     int saved = errno;

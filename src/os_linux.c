@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -166,6 +167,10 @@ int pm_os_write_all(int fd, const void *buf, size_t len)
         ssize_t n = syscall(SYS_write, fd, p, len);
         if (n < 0) {
             if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) { /* a descriptor set O_NONBLOCK: wait */
+                struct pollfd pf = {fd, POLLOUT, 0};
+                if (poll(&pf, 1, -1) >= 0 || errno == EINTR) continue;
+            }
             return -1;
         }
         p += n;

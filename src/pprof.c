@@ -1094,12 +1094,18 @@ static void out_counts(out_t *o, const uint64_t v[4])
  * /proc/self/maps ("start-end perms offset dev inode path"), for a legacy
  * profile written where /proc is not mounted.  The program is named by
  * AT_EXECFN, the path it was started with. */
+typedef struct {
+    out_t *o;
+    const char *exe; /* the program's absolute path */
+} maps_arg_t;
+
 static int maps_line_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
-    out_t *o = data;
+    maps_arg_t *arg = data;
+    out_t *o = arg->o;
     (void)size;
     const char *name = info->dlpi_name;
-    if (!name || !name[0]) name = (const char *)getauxval(AT_EXECFN);
+    if (!name || !name[0]) name = arg->exe;
     if (!name || !strchr(name, '/')) return 0; /* the vDSO: no file */
     uintptr_t page = kernel_page();
     for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -1172,10 +1178,25 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
     out_flush(&o);
     int mfd = o.err ? -1 : pm_os_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
     if (mfd < 0 && !o.err) { /* no /proc: the loaded objects, in its format */
+        /* the program by AT_EXECFN, made absolute as maps would print it
+         * (google-pprof matches it against the binary's absolute path) */
+        const char *execfn = (const char *)getauxval(AT_EXECFN);
+        char *exe = pm_os_map(PATH_MAX, 0);
+        maps_arg_t arg = {&o, execfn};
+        if (exe && execfn && execfn[0] != '/' && getcwd(exe, PATH_MAX)) {
+            size_t n = strlen(exe), k = strlen(execfn);
+            if (execfn[0] == '.' && execfn[1] == '/') execfn += 2, k -= 2;
+            if (n + 1 + k < PATH_MAX) {
+                exe[n] = '/';
+                memcpy(exe + n + 1, execfn, k + 1);
+                arg.exe = exe;
+            }
+        }
         pm_lock(&phdr_lock);
-        dl_iterate_phdr(maps_line_cb, &o);
+        dl_iterate_phdr(maps_line_cb, &arg);
         pm_unlock(&phdr_lock);
         out_flush(&o);
+        if (exe) pm_os_unmap(exe, PATH_MAX);
     }
     for (ssize_t r; mfd >= 0 && !o.err && (r = pm_os_read(mfd, o.buf, o.cap)) != 0;) {
         if (r < 0) {
