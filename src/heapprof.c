@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -405,14 +406,17 @@ void pm_heapprof_lock_all(void)
 
 /* One dump at a time goes into a shared descriptor (dump_into): threads
  * dumping to /dev/stdout at once interleaved their writes into one corrupt
- * stream.  Only dumps take it, never the allocator, and the fork handlers
- * leave it alone (a dump into a slow pipe would hold up every fork); a
- * forked child, where the holder does not exist, resets it. */
-static pm_lock_t into_lock = PM_LOCK_INIT;
+ * stream.  One lock per descriptor number (mod 16), so a dump waiting on a
+ * full pipe holds up no dump elsewhere.  Only dumps take them, never the
+ * allocator, and the fork handlers leave them alone (a dump into a slow
+ * pipe would hold up every fork); a forked child, where the holder does not
+ * exist, resets them. */
+#define INTO_LOCKS 16
+static pm_lock_t into_locks[INTO_LOCKS];
 
 void pm_heapprof_unlock_all(int child)
 {
-    if (child) pm_lock_reset(&into_lock);
+    for (int i = 0; child && i < INTO_LOCKS; i++) pm_lock_reset(&into_locks[i]);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);
@@ -635,10 +639,16 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
         }
         if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
         if (may_follow(out, &st, link) != 0) return -1;
-        /* a link to something that is no regular file, whose target may be
-         * no path at all (/proc/thread-self/fd/1 -> "pipe:[N]"): written in
-         * place through the link */
-        if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return DUMP_THROUGH_LINK;
+        /* a /proc link to something that is no regular file, whose target
+         * may be no path at all (/proc/thread-self/fd/1 -> "pipe:[N]"):
+         * written in place through it.  Only there: any other link is
+         * resolved here, each one checked, and the end opened without
+         * following links (a chain through a link another user planted, or
+         * one swapped in meanwhile, got written through) */
+        static const char proc[] = "/proc/";
+        size_t k = 0;
+        while (k < sizeof proc - 1 && out[k] == proc[k]) k++;
+        if (k == sizeof proc - 1 && stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return DUMP_THROUGH_LINK;
         ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
         if (len <= 0) return -1;
         link[len] = 0;
@@ -659,15 +669,31 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
 /* Writes the dump into a descriptor that is not a regular file of ours.  A
  * pipe whose reader has gone (/dev/stdout into `| head`) fails with EPIPE:
  * SIGPIPE is blocked meanwhile and the one the write raised taken back, so
- * a dump never kills the program. */
-static int dump_into(int fd, int format)
+ * a dump never kills the program.  `shared`: one of the program's own
+ * descriptors, which other threads may be dumping into too: they take turns
+ * (one lock per descriptor, by its number), and a dump interrupted by a
+ * signal handler that dumps into one again gets EDEADLK, not a hang. */
+static PM_TLS int in_shared_dump;
+
+static int dump_into(int fd, int format, int shared)
 {
+    pm_lock_t *lock = shared ? &into_locks[(unsigned)fd % INTO_LOCKS] : NULL;
+    if (lock && in_shared_dump) {
+        errno = EDEADLK;
+        return -1;
+    }
     pm_os_sigpipe_t sp;
     pm_os_sigpipe_block(&sp);
-    pm_lock(&into_lock);
+    if (lock) {
+        in_shared_dump = 1;
+        pm_lock(lock);
+    }
     int rc = profmalloc_dump_fd(fd, format);
     int saved = errno;
-    pm_unlock(&into_lock);
+    if (lock) {
+        pm_unlock(lock);
+        in_shared_dump = 0;
+    }
     pm_os_sigpipe_restore(&sp, rc != 0 && saved == EPIPE);
     errno = saved;
     return rc;
@@ -683,7 +709,7 @@ static int dump_in_place(const char *path, int format, int follow)
     int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
     if (fd < 0) return -1;
     int flags = fcntl(fd, F_GETFL);
-    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format);
+    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format, 0);
     int saved = errno;
     pm_os_close(fd);
     errno = saved;
@@ -728,17 +754,22 @@ PM_EXPORT int profmalloc_dump(const char *path)
         errno = ENOMEM;
         return -1;
     }
+    /* not cancelled halfway: a thread cancelled while waiting on a full
+     * pipe kept its descriptor's lock for good, and a temporary behind */
+    int cancel_state;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     char *target = tmp + DUMP_PATH_CAP;
     int fd = -1, mode = -1;
     int rc = dump_target(path, target, target + DUMP_PATH_CAP, &fd, &mode);
     if (rc == DUMP_TO_FD)
-        rc = dump_into(fd, format);
+        rc = dump_into(fd, format, 1);
     else if (rc == DUMP_IN_PLACE || rc == DUMP_THROUGH_LINK)
         rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK);
     else if (rc == DUMP_REPLACE)
         rc = dump_replacing(target, tmp, format, mode);
     int saved = errno;
     pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
+    pthread_setcancelstate(cancel_state, NULL);
     errno = saved;
     return rc;
 }

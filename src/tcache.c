@@ -331,9 +331,11 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
     if (!by) return;
     if (t->capacity + bytes > atomic_load(&t->budget)) {
         /* no budget to be had: idle lists give up room.  While stealing
-         * waits its turn, only every 16th refusal scavenges (it walks every
-         * class): never, and a thread moving from size to size took 5x the
-         * refills; always, and 1000 crowded threads took 1.3 s, not 0.5 s */
+         * waits its turn, scavenging (it walks every class) runs when the
+         * refusals left are a multiple of 16: at least once per wait, the
+         * last refusal of it.  Never, and a thread moving from size to size
+         * took 5x the refills; always, and 1000 crowded threads took 1.3 s,
+         * not 0.5 s */
         int grown = grow_budget(t, bytes);
         if (grown < 0 && (t->steal_skip & 15)) return;
         if (grown <= 0 && (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget))) return;

@@ -28,6 +28,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -796,6 +797,11 @@ static void *read_pipe_late(void *arg)
     return NULL;
 }
 
+static void *dump_once(void *arg)
+{
+    return profmalloc_dump(arg) == 0 ? NULL : (void *)1;
+}
+
 static void *dump_ten_times(void *arg)
 {
     for (int i = 0; i < 10; i++)
@@ -975,7 +981,59 @@ static void test_dump_to_special_files(void **state)
         free(vtext);
         assert_int_equal(lstat(planted, &sb), 0);
         assert_true(S_ISLNK(sb.st_mode));
+        /* reached through a link of our own, and leading to a device */
+        const char *dev = path_in_dir("prof-null");
+        unlink(dev);
+        assert_int_equal(mknod(dev, S_IFCHR | 0666, makedev(1, 3)), 0);
+        unlink(planted);
+        assert_int_equal(symlink(dev, planted), 0);
+        assert_int_equal(lchown(planted, 65534, 65534), 0);
+        const char *mine = path_in_dir("prof-mine");
+        unlink(mine);
+        assert_int_equal(symlink(planted, mine), 0);
+        errno = 0;
+        assert_int_equal(profmalloc_dump(mine), -1);
+        assert_int_equal(errno, EACCES);
     }
+
+    /* a dump waiting on a full pipe holds up no dump elsewhere, and
+     * cancelling it leaves nothing locked (alarm: fail, not hang) */
+    alarm(60);
+    assert_int_equal(pipe(pfd), 0);
+    assert_true(fcntl(pfd[1], F_SETPIPE_SZ, 4096) > 0);
+    assert_int_equal(fcntl(pfd[1], F_SETFL, O_NONBLOCK), 0);
+    while (write(pfd[1], fill, sizeof fill) > 0) {
+    }
+    char stuck[32];
+    snprintf(stuck, sizeof stuck, "/dev/fd/%d", pfd[1]);
+    pthread_t waiter;
+    assert_int_equal(pthread_create(&waiter, NULL, dump_once, stuck), 0);
+    usleep(100000); /* it now waits in poll, for a reader */
+    int other = open(path_in_dir("prof-other.pb.gz"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(other >= 0);
+    for (int i = 0; i < 16; i++) { /* every descriptor lock, whichever is the waiter's */
+        int d = dup(other);
+        assert_true(d >= 0);
+        snprintf(fdname, sizeof fdname, "/dev/fd/%d", d);
+        if ((d % 16) != (pfd[1] % 16)) assert_int_equal(profmalloc_dump(fdname), 0);
+        close(d);
+    }
+    close(other);
+    assert_int_equal(pthread_cancel(waiter), 0);
+    assert_int_equal(fcntl(pfd[0], F_SETFL, O_NONBLOCK), 0);
+    char drain[4096];
+    void *wr;
+    for (;;) { /* read until the cancelled dump has finished and its thread ended */
+        while (read(pfd[0], drain, sizeof drain) > 0) {
+        }
+        if (pthread_tryjoin_np(waiter, &wr) == 0) break;
+        usleep(1000);
+    }
+    assert_true(fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20) > 0); /* room for one more, unread */
+    assert_int_equal(profmalloc_dump(stuck), 0); /* its lock is free again */
+    close(pfd[1]);
+    close(pfd[0]);
+    alarm(0);
 
     /* a relative link to a regular file in another directory: the file is
      * replaced (whole, through a temporary there), the link stays */
