@@ -406,17 +406,18 @@ void pm_heapprof_lock_all(void)
 
 /* One dump at a time goes into a shared descriptor (dump_into): threads
  * dumping to /dev/stdout at once interleaved their writes into one corrupt
- * stream.  One lock per descriptor number (mod 16), so a dump waiting on a
- * full pipe holds up no dump elsewhere.  Only dumps take them, never the
+ * stream.  One lock per descriptor number (modulo 1024), so a dump waiting
+ * on a full pipe holds up no dump elsewhere.  Only dumps take them, never the
  * allocator, and the fork handlers leave them alone (a dump into a slow
  * pipe would hold up every fork); a forked child, where the holder does not
  * exist, resets them. */
-#define INTO_LOCKS 16
+#define INTO_LOCKS 1024 /* exact below 1024; 16 KiB of zero pages, touched where used */
 static pm_lock_t into_locks[INTO_LOCKS];
 
 void pm_heapprof_unlock_all(int child)
 {
-    for (int i = 0; child && i < INTO_LOCKS; i++) pm_lock_reset(&into_locks[i]);
+    for (int i = 0; child && i < INTO_LOCKS; i++) /* only held ones: no write to the rest */
+        if (atomic_load_explicit(&into_locks[i].state, memory_order_relaxed)) pm_lock_reset(&into_locks[i]);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);
@@ -639,19 +640,20 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
         }
         if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
         if (may_follow(out, &st, link) != 0) return -1;
-        /* a /proc link to something that is no regular file, whose target
-         * may be no path at all (/proc/thread-self/fd/1 -> "pipe:[N]"):
-         * written in place through it.  Only there: any other link is
-         * resolved here, each one checked, and the end opened without
-         * following links (a chain through a link another user planted, or
-         * one swapped in meanwhile, got written through) */
-        static const char proc[] = "/proc/";
-        size_t k = 0;
-        while (k < sizeof proc - 1 && out[k] == proc[k]) k++;
-        if (k == sizeof proc - 1 && stat(out, &st) == 0 && !S_ISREG(st.st_mode)) return DUMP_THROUGH_LINK;
         ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
         if (len <= 0) return -1;
         link[len] = 0;
+        /* a /proc link whose target is no path (/proc/thread-self/fd/1 ->
+         * "pipe:[N]") to something that is no regular file: written in
+         * place through it.  Only those: any other link is resolved here,
+         * each one checked, and the end opened without following links (a
+         * chain through a link another user planted, or one swapped in
+         * meanwhile, got written through) */
+        static const char proc[] = "/proc/";
+        size_t k = 0;
+        while (k < sizeof proc - 1 && out[k] == proc[k]) k++;
+        if (k == sizeof proc - 1 && link[0] != '/' && stat(out, &st) == 0 && !S_ISREG(st.st_mode))
+            return DUMP_THROUGH_LINK;
         size_t dir = 0; /* a relative link is relative to the link's directory */
         if (link[0] != '/')
             for (size_t i = 0; out[i]; i++)
@@ -671,7 +673,7 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
  * SIGPIPE is blocked meanwhile and the one the write raised taken back, so
  * a dump never kills the program.  `shared`: one of the program's own
  * descriptors, which other threads may be dumping into too: they take turns
- * (one lock per descriptor, by its number), and a dump interrupted by a
+ * (one lock per descriptor number below 1024), and a dump interrupted by a
  * signal handler that dumps into one again gets EDEADLK, not a hang. */
 static PM_TLS int in_shared_dump;
 
