@@ -517,6 +517,22 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && pm_fmt_streq(s + n - k, suffix);
 }
 
+/* The length of path's directory part, its last '/' included (0: none). */
+static size_t dir_len(const char *path)
+{
+    size_t dir = 0;
+    for (size_t i = 0; path[i]; i++)
+        if (path[i] == '/') dir = i + 1;
+    return dir;
+}
+
+/* What follows `prefix` in s, or NULL if s does not start with it. */
+static const char *after(const char *s, const char *prefix)
+{
+    while (*prefix && *s == *prefix) s++, prefix++;
+    return *prefix ? NULL : s;
+}
+
 static _Atomic uint64_t dump_seq;
 
 /* Creates the temporary a dump is written to before it is renamed over
@@ -529,10 +545,8 @@ static _Atomic uint64_t dump_seq;
  * 251-byte file name had no room for a suffix). */
 static int open_temp(const char *path, char *tmp, size_t cap)
 {
-    size_t dir = 0;
+    size_t dir = dir_len(path);
     int err = ENAMETOOLONG;
-    for (size_t i = 0; path[i]; i++)
-        if (path[i] == '/') dir = i + 1;
     for (int tries = 0; tries < 64; tries++) {
         pm_buf_t b;
         if (dir >= cap - 1) break;
@@ -559,26 +573,20 @@ enum { DUMP_PATH_CAP = 4096 };
  * to /proc/self/fd/1); -1 otherwise. */
 static int own_fd_path(const char *p)
 {
-    static const char *const prefixes[] = {"/proc/self/fd/", "/dev/fd/", "/proc/"};
-    for (int k = 0; k < 3; k++) {
-        const char *a = prefixes[k], *q = p;
-        while (*a && *q == *a) a++, q++;
-        if (*a) continue;
-        if (k == 2) { /* /proc/<pid>/fd/: this process's pid only */
-            uint64_t pid = 0;
-            const char *d = q;
-            while (*q >= '0' && *q <= '9' && q - d < 10) pid = pid * 10 + (uint64_t)(*q++ - '0');
-            if (q == d || pid != (uint64_t)pm_os_getpid()) return -1;
-            for (a = "/fd/"; *a && *q == *a;) a++, q++;
-            if (*a) return -1;
-        }
-        int fd = 0;
+    const char *q = after(p, "/proc/self/fd/");
+    if (!q) q = after(p, "/dev/fd/");
+    if (!q && (q = after(p, "/proc/"))) { /* /proc/<pid>/fd/: this process's pid only */
+        uint64_t pid = 0;
         const char *d = q;
-        if (d[0] == '0' && d[1]) return -1; /* the kernel names no "01" */
-        while (*q >= '0' && *q <= '9' && q - d < 9) fd = fd * 10 + (*q++ - '0');
-        return q > d && !*q ? fd : -1;
+        while (*q >= '0' && *q <= '9' && q - d < 10) pid = pid * 10 + (uint64_t)(*q++ - '0');
+        if (q == d || pid != (uint64_t)pm_os_getpid()) return -1;
+        q = after(q, "/fd/");
     }
-    return -1;
+    if (!q || (q[0] == '0' && q[1])) return -1; /* the kernel names no "01" */
+    int fd = 0;
+    const char *d = q;
+    while (*q >= '0' && *q <= '9' && q - d < 9) fd = fd * 10 + (*q++ - '0');
+    return q > d && !*q ? fd : -1;
 }
 
 /* May `link` (lstat in *st) be followed?  The kernel's rule for
@@ -588,16 +596,10 @@ static int own_fd_path(const char *p)
  * `dir` is a buffer for the directory's name. */
 static int may_follow(const char *link, const struct stat *st, char *dir)
 {
-    size_t n = 0;
-    for (size_t i = 0; link[i]; i++)
-        if (link[i] == '/') n = i;
-    if (n == 0 && link[0] != '/') {
-        dir[0] = '.';
-        n = 1;
-    } else {
-        if (n == 0) n = 1; /* "/name" */
-        for (size_t i = 0; i < n; i++) dir[i] = link[i];
-    }
+    size_t n = dir_len(link);
+    if (n > 1) n--; /* "/a/b" -> "/a"; "/b" keeps "/" */
+    for (size_t i = 0; i < n; i++) dir[i] = link[i];
+    if (!n) dir[n++] = '.';
     dir[n] = 0;
     struct stat ds;
     if (stat(dir, &ds) != 0) return -1;
@@ -649,15 +651,10 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
          * each one checked, and the end opened without following links (a
          * chain through a link another user planted, or one swapped in
          * meanwhile, got written through) */
-        static const char proc[] = "/proc/";
-        size_t k = 0;
-        while (k < sizeof proc - 1 && out[k] == proc[k]) k++;
-        if (k == sizeof proc - 1 && link[0] != '/' && stat(out, &st) == 0 && !S_ISREG(st.st_mode))
+        if (after(out, "/proc/") && link[0] != '/' && stat(out, &st) == 0 && !S_ISREG(st.st_mode))
             return DUMP_THROUGH_LINK;
-        size_t dir = 0; /* a relative link is relative to the link's directory */
-        if (link[0] != '/')
-            for (size_t i = 0; out[i]; i++)
-                if (out[i] == '/') dir = i + 1;
+        /* a relative link is relative to the link's directory */
+        size_t dir = link[0] == '/' ? 0 : dir_len(out);
         if (dir + (size_t)len >= DUMP_PATH_CAP) {
             errno = ENAMETOOLONG;
             return -1;

@@ -896,41 +896,37 @@ static void sort_pairs(int64_t *t, size_t n)
     }
 }
 
-/* Builds the search table for the main program, whose loaded segments
- * span [lo, hi); called once, from the constructor. */
-static void build_exe_table(const struct dl_phdr_info *info, uintptr_t lo, uintptr_t hi)
+/* Builds the search table for the main program; called once, from the
+ * constructor. */
+static void build_exe_table(const struct dl_phdr_info *info)
 {
-    uintptr_t start = 0;
+    uintptr_t start = 0, lo = UINTPTR_MAX, hi = 0;
     size_t len = 0;
     if (!exe_eh_frame(info, &start, &len)) return;
     bool inside = false; /* within one loaded segment: the gaps are unmapped */
-    for (int i = 0; i < info->dlpi_phnum && !inside; i++) {
+    for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
-        inside = ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && start >= seg &&
-                 start - seg <= ph->p_memsz && len <= ph->p_memsz - (start - seg);
+        if (ph->p_type != PT_LOAD) continue;
+        if (seg < lo) lo = seg;
+        if (seg + ph->p_memsz > hi) hi = seg + ph->p_memsz;
+        inside |= (ph->p_flags & PF_R) && start >= seg && start - seg <= ph->p_memsz &&
+                  len <= ph->p_memsz - (start - seg);
     }
     if (!inside) return;
     const uint8_t *sec = (const uint8_t *)start, *sec_end = sec + len;
-    size_t n = 0;
-    /* count the records (an upper bound for the FDEs); a length field takes
-     * up to 12 bytes, and only the 4-byte terminator is shorter */
-    for (const uint8_t *p = sec; p + 12 <= sec_end;) {
-        reader_t r;
-        bool is64;
-        const uint8_t *end = open_record(p, &r, &is64);
-        if (!end || end > sec_end) break;
-        n++;
-        p = end;
-    }
-    if (!n) return;
-    /* 20 bytes of header at map + 4, so that the table starts 8-aligned */
+    /* a record takes at least 8 bytes, so len / 8 pairs are enough; only
+     * the pages written become resident.  20 bytes of header at map + 4,
+     * so that the table starts 8-aligned */
+    size_t n = len / 8;
     uint8_t *map = mmap(NULL, 24 + 16 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) return;
     uint8_t *h = map + 4;
     int64_t *table = (int64_t *)(map + 24);
     uintptr_t dbase = (uintptr_t)h; /* entries are relative to the header */
     size_t m = 0;
+    /* a length field takes up to 12 bytes; only the 4-byte terminator is
+     * shorter */
     for (const uint8_t *p = sec; p + 12 <= sec_end && m < n;) {
         reader_t r;
         bool is64;
@@ -968,17 +964,11 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     int n = atomic_load_explicit(&loaded_n, memory_order_relaxed);
     if (n >= PM_PINNED_MAX) return 1;
     const uint8_t *hdr = NULL;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_GNU_EH_FRAME) hdr = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
-        if (ph->p_type == PT_LOAD) {
-            if (info->dlpi_addr + ph->p_vaddr < lo) lo = info->dlpi_addr + ph->p_vaddr;
-            if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi) hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-        }
-    }
-    if (!hdr && *first && lo < hi) { /* the main program, listed first */
-        build_exe_table(info, lo, hi);
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+            hdr = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!hdr && *first) { /* the main program, listed first */
+        build_exe_table(info);
         hdr = atomic_load_explicit(&exe_hdr, memory_order_relaxed);
     }
     *first = false;
