@@ -97,10 +97,10 @@ static int node_alive(pm_treg_t *n)
  * never taken from another thread); nothing else changes. */
 static _Atomic int robust_ok = 1;
 
-/* May a walk read the cache of node n's thread (alive, and known to be)? */
-static int node_readable(pm_treg_t *n)
+/* May a walk read the caches of the threads whose nodes look alive? */
+static int caches_readable(void)
 {
-    return atomic_load_explicit(&robust_ok, memory_order_relaxed) && node_alive(n);
+    return atomic_load_explicit(&robust_ok, memory_order_relaxed);
 }
 
 static void node_unlink_locked(pm_treg_t *n)
@@ -266,7 +266,7 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
             node_unlink_locked(n);
             continue;
         }
-        if (!node_readable(n)) continue;
+        if (!caches_readable()) continue;
         pm_tcache_t *v = n->t;
         if (v == t) continue;
         size_t vb = atomic_load(&v->budget);
@@ -281,9 +281,8 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
     if (ok) {
         t->steal_backoff = 0;
     } else {
-        t->steal_backoff = t->steal_backoff ? (t->steal_backoff < STEAL_BACKOFF_MAX / 2 ? t->steal_backoff * 2
-                                                                                     : STEAL_BACKOFF_MAX)
-                                            : 1;
+        t->steal_backoff = t->steal_backoff ? t->steal_backoff * 2 : 1;
+        if (t->steal_backoff > STEAL_BACKOFF_MAX) t->steal_backoff = STEAL_BACKOFF_MAX;
         t->steal_skip = t->steal_backoff;
     }
     return ok;
@@ -417,7 +416,7 @@ void pm_tcache_class_counts(uint64_t counts[PM_CLASS_MAX], uint64_t *nthreads_ou
             node_unlink_locked(n);
             continue;
         }
-        if (!node_readable(n)) continue;
+        if (!caches_readable()) continue;
         for (unsigned cls = 1; cls < pm_class_count; cls++)
             counts[cls] += ((volatile pm_tlist_t *)&n->t->list[cls])->len;
     }
