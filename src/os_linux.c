@@ -54,11 +54,12 @@ void *pm_os_map(size_t size, size_t align)
     return (void *)aligned;
 }
 
-void pm_os_unmap(void *addr, size_t size)
+int pm_os_unmap(void *addr, size_t size)
 {
     int saved = errno;
-    if (size) munmap(addr, size);
+    int rc = size ? munmap(addr, size) : 0;
     errno = saved;
+    return rc == 0 ? 0 : -1;
 }
 
 /* Set once madvise has reported success and kept a page (a seccomp filter

@@ -13,12 +13,13 @@
  * PROFMALLOC_RELEASE_BYTES (default 64 MiB) the largest free spans are
  * returned until half that is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
- * everything.  Fresh memory from the OS counts as RETURNED (not yet
- * resident), so it is used last.
+ * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES).
+ * Fresh memory from the OS counts as RETURNED (not yet resident), so it
+ * is used last.
  * A span whose release the kernel refused (mlock/mlockall, or a kernel
  * page larger than the span's alignment) keeps its contents, so it goes
  * back as FREE, never RETURNED: RETURNED means "reads as zero", and calloc
- * skips zeroing on it.  The policy then tries no release for PM_DECAY_NS,
+ * skips zeroing on it.  The policy then tries no madvise for PM_DECAY_NS,
  * so a locked heap costs one failed madvise a second, not one per free. */
 #include "pm_internal.h"
 
@@ -27,6 +28,13 @@
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
 #define PM_DECAY_NS 1000000000ull
+/* A free run at least this long goes back to the OS with munmap instead of
+ * madvise, so its address space and its commit charge go too (as glibc
+ * unmaps its mmapped chunks): under vm.overcommit_memory=2 or RLIMIT_AS,
+ * memory freed after a peak was otherwise still counted against the
+ * process.  Shorter runs are madvised and keep their addresses: every hole
+ * splits a mapping, and vm.max_map_count bounds a process's mappings. */
+#define UNMAP_PAGES 128      /* 1 MiB */
 
 enum { KIND_FREE = 0, KIND_RETURNED = 1 };
 
@@ -445,6 +453,35 @@ static void releasing_unlink_locked(pm_span_t *s)
     ph.releasing_pages -= s->npages;
 }
 
+enum { OS_KEPT, OS_RELEASED, OS_UNMAPPED };
+
+/* Gives the pages of s (RELEASING, so no other thread touches it) to the
+ * OS; called without the lock.  A run that is not whole kernel pages
+ * (pages above 8 KiB) is only madvised: munmap would round it up and take
+ * a neighbour's bytes. */
+static int give_to_os(const pm_span_t *s)
+{
+    void *addr = addr_of(s->page);
+    size_t bytes = s->npages << PM_PAGE_SHIFT;
+    uintptr_t mask = pm_os_page_size() - 1;
+    if (s->npages >= UNMAP_PAGES && !(((uintptr_t)addr | bytes) & mask) &&
+        pm_os_unmap(addr, bytes) == 0)
+        return OS_UNMAPPED;
+    return pm_os_release(addr, bytes) == 0 ? OS_RELEASED : OS_KEPT;
+}
+
+/* s's pages are unmapped: the span leaves the heap.  Its end pages no
+ * longer name it, so no neighbour coalesces across the hole (interior
+ * pages may still name a struct that is reused later; owner() and
+ * coalescing check a span's range before trusting it). */
+static void forget_locked(pm_span_t *s)
+{
+    pm_pagemap_set_span(s->page, NULL);
+    pm_pagemap_set_span(s->page + s->npages - 1, NULL);
+    ph.mapped_pages -= s->npages;
+    spare_put_locked(s);
+}
+
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
 {
     list_remove(s);
@@ -454,16 +491,18 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
 
 /* Chooses spans to return: those free for longer than the decay time,
  * then the longest ones while more than keep_pages stay resident.  Without
- * `force`, nothing within PM_DECAY_NS of a refused release. */
+ * `force`, within PM_DECAY_NS of a refused release only runs long enough
+ * to be unmapped (munmap works where madvise is refused: mlock). */
 static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force)
 {
     size_t k = 0;
-    if (!force && ph.now < ph.retry_ns) return 0;
-    while (k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
+    int gated = !force && ph.now < ph.retry_ns;
+    while (!gated && k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
         pick(ph.oldest, out, &k);
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
+        if (gated && idx && idx < UNMAP_PAGES) break;
         while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH &&
                ph.free_pages[KIND_FREE] > keep_pages)
             pick(ph.lists[KIND_FREE][idx], out, &k);
@@ -472,19 +511,24 @@ static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int forc
 }
 
 /* Returns the picked spans' pages to the OS and the spans to the free
- * lists; gives the number of spans whose release the kernel refused. */
+ * lists (or out of the heap, when unmapped); gives the number of spans
+ * whose release the kernel refused. */
 static size_t release_picked(pm_span_t **picked, size_t k)
 {
-    uint8_t refused[RELEASE_BATCH];
+    uint8_t fate[RELEASE_BATCH];
     size_t nrefused = 0;
     for (size_t i = 0; i < k; i++) {
-        refused[i] = pm_os_release(addr_of(picked[i]->page), picked[i]->npages << PM_PAGE_SHIFT) != 0;
-        nrefused += refused[i];
+        fate[i] = (uint8_t)give_to_os(picked[i]);
+        nrefused += fate[i] == OS_KEPT;
     }
     pm_lock(&ph.lock);
     for (size_t i = 0; i < k; i++) {
         releasing_unlink_locked(picked[i]);
-        picked[i]->state = refused[i] ? PM_SPAN_FREE : PM_SPAN_RETURNED;
+        if (fate[i] == OS_UNMAPPED) {
+            forget_locked(picked[i]);
+            continue;
+        }
+        picked[i]->state = fate[i] == OS_KEPT ? PM_SPAN_FREE : PM_SPAN_RETURNED;
         coalesce_insert_locked(picked[i]);
     }
     if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
@@ -498,25 +542,32 @@ static void free_span(pm_span_t *s, int released)
     size_t k = 0;
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
-    int releasing = released;
+    int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
         releasing_link_locked(s);
         pm_unlock(&ph.lock);
-        released = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0;
+        /* madvised, not unmapped, whatever its length: the growing program
+         * soon wants pages again, and a hole here made bench/grow fault
+         * 14 % more pages (malloc_trim unmaps it) */
+        fate = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0 ? OS_RELEASED : OS_KEPT;
     }
     pm_lock(&ph.lock);
     if (now > ph.now) ph.now = now;
     if (releasing) {
         releasing_unlink_locked(s);
-        if (!released) ph.retry_ns = ph.now + PM_DECAY_NS;
+        if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
     } else {
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     }
-    *s = (pm_span_t){.page = s->page, .npages = s->npages,
-                     .state = released ? PM_SPAN_RETURNED : PM_SPAN_FREE};
-    coalesce_insert_locked(s);
+    if (fate == OS_UNMAPPED) {
+        forget_locked(s);
+    } else {
+        *s = (pm_span_t){.page = s->page, .npages = s->npages,
+                         .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
+        coalesce_insert_locked(s);
+    }
     if (ph.free_pages[KIND_FREE] > limit ||
         (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit, 0);
@@ -527,6 +578,45 @@ static void free_span(pm_span_t *s, int released)
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
+
+/* malloc_trim, after the resident free pages: released runs of 1 MiB and
+ * more are unmapped too (a block realloc moved away from, fresh memory
+ * never used).  Stops at the first run the kernel keeps. */
+static void unmap_released(void)
+{
+    pm_span_t *picked[RELEASE_BATCH];
+    uintptr_t mask = pm_os_page_size() - 1;
+    for (;;) {
+        size_t k = 0;
+        pm_lock(&ph.lock);
+        for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
+            pm_span_t **l = &ph.lists[KIND_RETURNED][idx <= LISTS ? idx : 0];
+            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k);
+        }
+        pm_unlock(&ph.lock);
+        if (!k) return;
+        uint8_t gone[RELEASE_BATCH];
+        int all = 1;
+        for (size_t i = 0; i < k; i++) {
+            void *addr = addr_of(picked[i]->page);
+            size_t bytes = picked[i]->npages << PM_PAGE_SHIFT;
+            gone[i] = !(((uintptr_t)addr | bytes) & mask) && pm_os_unmap(addr, bytes) == 0;
+            all &= gone[i];
+        }
+        pm_lock(&ph.lock);
+        for (size_t i = 0; i < k; i++) {
+            releasing_unlink_locked(picked[i]);
+            if (gone[i]) {
+                forget_locked(picked[i]);
+            } else {
+                picked[i]->state = PM_SPAN_RETURNED;
+                coalesce_insert_locked(picked[i]);
+            }
+        }
+        pm_unlock(&ph.lock);
+        if (!all) return;
+    }
+}
 
 /* Tries every resident free page once: a span the kernel refused goes
  * back FREE and would be picked again, so the walk stops after as many
@@ -541,10 +631,11 @@ void pm_pageheap_release_all(void)
         pm_lock(&ph.lock);
         size_t k = pick_release_locked(picked, 0, 1);
         pm_unlock(&ph.lock);
-        if (!k) return;
+        if (!k) break;
         for (size_t i = 0; i < k; i++) left -= picked[i]->npages < left ? picked[i]->npages : left;
         release_picked(picked, k);
     }
+    unmap_released();
 }
 
 void pm_pageheap_stats(pm_pageheap_stats_t *out)
@@ -570,10 +661,17 @@ void pm_pageheap_unlock_all(int child)
     pm_lock_reset(&ph.lock);
     /* Spans another thread was releasing when the fork came: that thread
      * is gone here, so they go back as FREE (the release may have been
-     * partial: FREE promises nothing about contents). */
+     * partial: FREE promises nothing about contents).  One long enough to
+     * be unmapped may already be gone, and its addresses may even hold a
+     * mapping of the program's by now: it leaves the heap untouched (at
+     * worst its address space stays mapped in the child, unused). */
     while (ph.releasing) {
         pm_span_t *s = ph.releasing;
         releasing_unlink_locked(s);
+        if (s->npages >= UNMAP_PAGES) {
+            forget_locked(s);
+            continue;
+        }
         *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
         coalesce_insert_locked(s);
     }

@@ -12,7 +12,9 @@
 /* Memory.  pm_os_map returns zeroed memory aligned to `align` (a power of
  * two, at least the OS page), or NULL. */
 void *pm_os_map(size_t size, size_t align);
-void pm_os_unmap(void *addr, size_t size);
+/* Returns 0, or -1 when the range stays mapped (splitting a mapping past
+ * vm.max_map_count).  The length is rounded up to the kernel's page. */
+int pm_os_unmap(void *addr, size_t size);
 /* Gives the kernel pages wholly inside [addr, addr + size) back to the OS;
  * they read as zero when next touched.  Returns 0 when that was the whole
  * range, else -1: the kernel refused (pages locked by mlock/mlockall), or

@@ -379,20 +379,28 @@ static void test_calloc_zeroed_locked(void **state)
 {
     (void)state;
     const size_t n = 1 * MiB;
-    unsigned char *d = malloc(n);
+    /* below 1 MiB, between blocks in use: malloc_trim madvises it (a free
+     * run of 1 MiB or more would be unmapped, which works on locked pages) */
+    unsigned char *before = malloc(n / 2), *d = malloc(n / 2), *after = malloc(n / 2);
+    assert_non_null(before);
+    assert_non_null(after);
     assert_non_null(d);
-    memset(d, 0xEE, n);
-    if (mlock(d, n) != 0) {
+    memset(d, 0xEE, n / 2);
+    if (mlock(d, n / 2) != 0) {
         free(d);
+        free(before);
+        free(after);
         skip(); /* no RLIMIT_MEMLOCK to spare */
     }
     free(d);
     malloc_trim(0);
-    unsigned char *p = calloc(1, n);
+    unsigned char *p = calloc(1, n / 2);
     assert_non_null(p);
-    assert_true(all_zero(p, n));
+    assert_true(all_zero(p, n / 2));
     free(p);
-    munlock(d, n);
+    munlock(d, n / 2);
+    free(before);
+    free(after);
 
     d = malloc(n);
     unsigned char *guard = malloc(n); /* keeps d from growing in place */
@@ -436,7 +444,7 @@ static void test_calloc_zeroed_when_madvise_lies(void **state)
         struct sock_fprog prog = {sizeof code / sizeof code[0], code};
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
             _exit(77);
-        const size_t n = 8 * MiB;
+        const size_t n = 512 * KiB; /* below 1 MiB: released with madvise, not unmapped */
         for (int round = 0; round < 3; round++) {
             unsigned char *d = malloc(n);
             if (!d) _exit(2);
@@ -608,6 +616,60 @@ static void test_exhausted_reuses_free_memory(void **state)
 {
     (void)state;
     expect_child_ok(exhaust_reuse_child);
+}
+
+/* Memory freed after a peak gives its address space back, as glibc's
+ * mmapped chunks do, so the program's own mappings fit where the heap was
+ * (under RLIMIT_AS here; under vm.overcommit_memory=2 the kernel counts
+ * every writable mapping the same way).  200 MiB in 1 MiB blocks, freed
+ * without malloc_trim, then a mapping of 160 MiB under a limit 256 MiB
+ * above the start; after malloc_trim(0), less than 16 MiB of the peak is
+ * still mapped. */
+static void unmap_child(void *arg)
+{
+    (void)arg;
+    enum { N = 200 };
+    static void *b[N];
+    size_t start = vm_bytes();
+    limit_vm(256 * MiB);
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(MiB);
+        if (!b[i]) {
+            fprintf(stderr, "malloc(1 MiB) #%d failed\n", i);
+            _exit(1);
+        }
+        memset(b[i], i, MiB);
+    }
+    for (int i = 0; i < N; i++) free(b[i]);
+    void *m = mmap(NULL, 160 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "mmap(160 MiB) failed with 200 MiB freed: %zu MiB mapped above the start\n",
+                (vm_bytes() - start) >> 20);
+        _exit(2);
+    }
+    munmap(m, 160 * MiB);
+    malloc_trim(0);
+    if (vm_bytes() > start + 16 * MiB) {
+        fprintf(stderr, "after malloc_trim, %zu MiB still mapped above the start\n",
+                (vm_bytes() - start) >> 20);
+        _exit(3);
+    }
+    /* and the heap goes on where it was */
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(MiB);
+        if (!b[i]) _exit(4);
+        memset(b[i], i, MiB);
+    }
+    for (int i = 0; i < N; i++) {
+        if (((unsigned char *)b[i])[MiB - 1] != (unsigned char)i) _exit(5);
+        free(b[i]);
+    }
+}
+
+static void test_freed_address_space_returns(void **state)
+{
+    (void)state;
+    expect_child_ok(unmap_child);
 }
 
 static void test_realloc_null_and_zero(void **state)
@@ -1402,6 +1464,7 @@ int main(void)
         cmocka_unit_test(test_exhausted_realloc_shrinks),
         cmocka_unit_test(test_realloc_shrinks_large_in_place),
         cmocka_unit_test(test_exhausted_reuses_free_memory),
+        cmocka_unit_test(test_freed_address_space_returns),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),

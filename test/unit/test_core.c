@@ -278,44 +278,65 @@ static void test_pageheap_reuse(void **state)
  * the shortest long span.  The test keeps a model of the free spans and
  * checks each pick against it. */
 /* A fork while another thread releases a span's pages (outside the page
- * heap's lock): in the child, where that thread is gone, the span must be
- * free memory again, not lost.  The child asks for a span of the same
- * size; the heap must not grow for it. */
-enum { RF_PAGES = (32 << 20) >> PM_PAGE_SHIFT };
+ * heap's lock): in the child, where that thread is gone, the span must not
+ * be lost when it was only being madvised (the child asks for a span of
+ * the same size, and the heap must not grow for it), and must not be
+ * handed out when it may already be unmapped (the child writes every page
+ * of the span it gets: one on an unmapped page kills it). */
+enum { RF_SHORT = 64, RF_LONG = (32 << 20) >> PM_PAGE_SHIFT };
 typedef struct {
+    size_t pages;
     _Atomic int stop, in_release;
+    _Atomic uintptr_t page; /* of the span being released */
 } release_fork_t;
 
 static void *release_fork_worker(void *arg)
 {
     release_fork_t *f = arg;
     while (!atomic_load(&f->stop)) {
-        pm_span_t *s = pm_pageheap_alloc(RF_PAGES);
+        pm_span_t *s = pm_pageheap_alloc(f->pages);
         if (!s) break;
         volatile char *p = (char *)(s->page << PM_PAGE_SHIFT);
-        for (size_t i = 0; i < (size_t)RF_PAGES << PM_PAGE_SHIFT; i += 4096) p[i] = 1;
-        pm_pageheap_free(s);
-        atomic_store(&f->in_release, 1);
-        pm_pageheap_release_all();
+        for (size_t i = 0; i < f->pages << PM_PAGE_SHIFT; i += 4096) p[i] = 1;
+        /* short: madvised as it is freed (malloc_trim could unmap it with
+         * the released run it joins); long: unmapped by malloc_trim */
+        atomic_store(&f->page, s->page);
+        if (f->pages < 128) {
+            atomic_store(&f->in_release, 1);
+            pm_pageheap_free_released(s);
+        } else {
+            pm_pageheap_free(s);
+            atomic_store(&f->in_release, 1);
+            pm_pageheap_release_all();
+        }
         atomic_store(&f->in_release, 0);
     }
     return NULL;
 }
 
-static int release_fork_child(void)
+static int release_fork_child(release_fork_t *f)
 {
+    size_t pages = f->pages;
+    if (pages < 128 && atomic_load(&f->in_release)) {
+        /* its first page still belongs to a span (freed or not) */
+        uintptr_t page = atomic_load(&f->page);
+        pm_span_t *s = pm_pagemap_span(page);
+        if (!s || s->page > page || page >= s->page + s->npages) return 3;
+    }
     pm_pageheap_stats_t a = ph_stats();
-    if (a.free + a.released < ((uint64_t)RF_PAGES << PM_PAGE_SHIFT)) return 0; /* it was in use */
-    pm_span_t *s = pm_pageheap_alloc(RF_PAGES);
+    pm_span_t *s = pm_pageheap_alloc(pages);
     if (!s) return 2;
+    volatile char *p = (char *)(s->page << PM_PAGE_SHIFT);
+    for (size_t i = 0; i < pages << PM_PAGE_SHIFT; i += 4096) p[i] = 2;
+    if (pages >= 128) return 0;
+    if (a.free + a.released < ((uint64_t)pages << PM_PAGE_SHIFT)) return 0; /* it was in use */
     pm_pageheap_stats_t b = ph_stats();
     return b.mapped > a.mapped ? 1 : 0;
 }
 
-static void test_pageheap_fork_while_releasing(void **state)
+static void fork_while_releasing(size_t pages)
 {
-    (void)state;
-    release_fork_t f = {0};
+    release_fork_t f = {.pages = pages};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, release_fork_worker, &f), 0);
     int during = 0, k = 0;
@@ -324,16 +345,24 @@ static void test_pageheap_fork_while_releasing(void **state)
         int in = atomic_load(&f.in_release);
         pid_t pid = fork();
         assert_true(pid >= 0);
-        if (pid == 0) _exit(release_fork_child());
+        if (pid == 0) _exit(release_fork_child(&f));
         during += in && atomic_load(&f.in_release);
         int st = 0;
         assert_int_equal(waitpid(pid, &st, 0), pid);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            fail_msg("fork %d: child status %#x (1: the span being released was lost)", k, (unsigned)st);
+            fail_msg("%zu pages, fork %d: child status %#x (1 or 3: the span being released was lost; "
+                     "SIGSEGV: an unmapped span was handed out)", pages, k, (unsigned)st);
     }
     atomic_store(&f.stop, 1);
     assert_int_equal(pthread_join(t, NULL), 0);
-    print_message("    %d forks, %d while a release ran\n", k, during);
+    print_message("    %zu pages: %d forks, %d while a release ran\n", pages, k, during);
+}
+
+static void test_pageheap_fork_while_releasing(void **state)
+{
+    (void)state;
+    fork_while_releasing(RF_SHORT);
+    fork_while_releasing(RF_LONG);
 }
 
 /* pm_os_release gives back only the kernel pages wholly inside the range
@@ -656,8 +685,8 @@ static void test_pageheap_release_all(void **state)
     pm_pageheap_release_all();
     pm_pageheap_stats_t after = ph_stats();
     assert_int_equal(after.free, 0);
-    assert_int_equal(after.released - before.released, before.free);
-    assert_int_equal(after.mapped, before.mapped);
+    /* every free page was madvised, or unmapped with its run (1 MiB and up) */
+    assert_int_equal((after.released - before.released) + (before.mapped - after.mapped), before.free);
     assert_int_equal(after.in_use, before.in_use);
 
     /* every span handed out now is released memory: zeroed, and reads as
@@ -678,6 +707,58 @@ static void test_pageheap_release_all(void **state)
     pm_pageheap_release_all();
     assert_int_equal(bad, 0);
     assert_int_equal(covered, N);
+}
+
+/* A free run of 1 MiB or more goes back with munmap (its address space and
+ * commit charge with it); a shorter one with madvise, keeping its
+ * addresses.  After the hole, the heap still allocates, coalesces and
+ * hands out zeroed memory. */
+static void test_pageheap_unmaps_long_runs(void **state)
+{
+    (void)state;
+    enum { LONG = 200, SHORT = 8 };
+    pm_pageheap_release_all(); /* every free span RETURNED: nothing FREE to merge with */
+    pm_span_t *a = pm_pageheap_alloc(SHORT), *big = pm_pageheap_alloc(LONG);
+    pm_span_t *b = pm_pageheap_alloc(SHORT), *c = pm_pageheap_alloc(SHORT);
+    assert_non_null(a);
+    assert_non_null(big);
+    assert_non_null(b);
+    assert_non_null(c);
+    uintptr_t bigpage = big->page, bpage = b->page;
+    memset(page_ptr(bigpage), 7, LONG * PAGE);
+    memset(page_ptr(bpage), 8, SHORT * PAGE);
+    pm_pageheap_free(big);
+    pm_pageheap_free(b);
+    pm_pageheap_stats_t before = ph_stats();
+    pm_pageheap_release_all();
+    pm_pageheap_stats_t after = ph_stats();
+    assert_int_equal(after.free, 0);
+    assert_int_equal(after.in_use, before.in_use);
+    /* (released runs of 1 MiB and more, such as the unused rest of a
+     * mapping, go too) */
+    assert_true(before.mapped - after.mapped >= (uint64_t)LONG * PAGE);
+    assert_true(after.released <= before.released + (uint64_t)SHORT * PAGE);
+    assert_int_equal(after.mapped, after.in_use + after.free + after.released + after.meta);
+    unsigned char vec[LONG * PAGE / 4096];
+    errno = 0;
+    assert_int_equal(mincore(page_ptr(bigpage), LONG * PAGE, vec), -1);
+    assert_int_equal(errno, ENOMEM);
+    assert_null(pm_pagemap_span(bigpage));
+    assert_null(pm_pagemap_span(bigpage + LONG - 1));
+    /* the short run stays mapped, released */
+    assert_int_equal(mincore(page_ptr(bpage), SHORT * PAGE, vec), 0);
+    for (size_t i = 0; i < SHORT * PAGE / 4096; i++) assert_false(vec[i] & 1);
+    /* the heap goes on: a long span again, zeroed; then everything back */
+    pm_span_t *again = pm_pageheap_alloc(LONG);
+    assert_non_null(again);
+    assert_int_equal(again->zeroed, 1);
+    assert_true(all_zero(page_ptr(again->page), LONG * PAGE));
+    memset(page_ptr(again->page), 9, LONG * PAGE);
+    pm_pageheap_free(again);
+    pm_pageheap_free(a);
+    pm_pageheap_free(c);
+    pm_pageheap_release_all();
+    assert_int_equal(ph_stats().free, 0);
 }
 
 /* ======================================================================
@@ -2229,6 +2310,7 @@ static void test_alloc_realloc_large_in_place(void **state)
     assert_ptr_not_equal(r, q);
     assert_true(pm_usable_size(r) >= 2 * qsize); /* a move from 1 MiB up doubles */
     for (size_t i = 0; i < 3 * MiB; i += 4093) assert_int_equal(r[i], 6);
+    /* the block left behind went back at once, keeping its addresses */
     assert_int_equal(mincore(q, qsize, vec), 0);
     for (size_t i = 0; i < qsize / 4096; i++) assert_false(vec[i] & 1); /* released */
     free(vec);
@@ -2657,6 +2739,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_aligned),
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
+        cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_fork_while_releasing),
         cmocka_unit_test(test_os_release_whole_pages),
     };
