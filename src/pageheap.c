@@ -13,7 +13,8 @@
  * PROFMALLOC_RELEASE_BYTES (default 64 MiB) the largest free spans are
  * returned until half that is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
- * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES).
+ * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
+ * and so is one already released that stays unused for PM_DECAY_NS.
  * Fresh memory from the OS counts as RETURNED (not yet resident), so it
  * is used last.
  * A span whose release the kernel refused (mlock/mlockall, or a kernel
@@ -52,6 +53,7 @@ static struct {
     pm_span_t *newest, *oldest;  /* FREE spans by the time they became free */
     uint64_t now;                /* the clock as read by the current operation */
     uint64_t retry_ns;           /* the policy releases nothing before this */
+    uint64_t unmap_scan_ns;      /* next look for released runs to unmap */
 } ph = {.lock = PM_LOCK_INIT};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -79,8 +81,8 @@ static void list_insert(pm_span_t *s)
     if (*head) (*head)->prev = s;
     *head = s;
     ph.free_pages[kind_of(s)] += s->npages;
+    s->free_ns = ph.now;
     if (s->state == PM_SPAN_FREE) { /* newest end of the age list */
-        s->free_ns = ph.now;
         s->older = ph.newest;
         s->newer = NULL;
         if (ph.newest) ph.newest->newer = s;
@@ -219,6 +221,8 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
 static size_t release_picked(pm_span_t **picked, size_t k);
+static size_t pick_released_locked(pm_span_t **out, int all);
+static int unmap_picked(pm_span_t **picked, size_t k);
 static void free_span(pm_span_t *s, int released);
 
 static pm_span_t *best_fit_locked(size_t n)
@@ -274,7 +278,11 @@ static int grow(size_t n)
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
         return -1;
     }
+    /* the new run's age: the clock as of now, not of the last free (an
+     * unused rest older than PM_DECAY_NS is unmapped) */
+    uint64_t now = pm_os_monotonic_ns();
     pm_lock(&ph.lock);
+    if (now > ph.now) ph.now = now;
     if (!ph.spare) {
         pm_unlock(&ph.lock);
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
@@ -571,13 +579,65 @@ static void free_span(pm_span_t *s, int released)
     if (ph.free_pages[KIND_FREE] > limit ||
         (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit, 0);
+    /* released runs long unused (a block realloc moved away from): looked
+     * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
+    pm_span_t *stale[RELEASE_BATCH];
+    size_t nstale = 0;
+    if (ph.now >= ph.unmap_scan_ns) {
+        ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
+        nstale = pick_released_locked(stale, 0);
+    }
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
+    if (nstale) unmap_picked(stale, nstale);
 }
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
+
+/* Picks released runs of UNMAP_PAGES or more: all of them, or those
+ * unused for PM_DECAY_NS. */
+static size_t pick_released_locked(pm_span_t **out, int all)
+{
+    size_t k = 0;
+    for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
+        pm_span_t *s = ph.lists[KIND_RETURNED][idx <= LISTS ? idx : 0];
+        while (s && k < RELEASE_BATCH) {
+            pm_span_t *next = s->next;
+            if (all || s->free_ns + PM_DECAY_NS <= ph.now) pick(s, out, &k);
+            s = next;
+        }
+    }
+    return k;
+}
+
+/* Unmaps picked released runs (without the lock); one the kernel keeps
+ * goes back as it was.  1: all went. */
+static int unmap_picked(pm_span_t **picked, size_t k)
+{
+    uint8_t gone[RELEASE_BATCH];
+    uintptr_t mask = pm_os_page_size() - 1;
+    int all = 1;
+    for (size_t i = 0; i < k; i++) {
+        void *addr = addr_of(picked[i]->page);
+        size_t bytes = picked[i]->npages << PM_PAGE_SHIFT;
+        gone[i] = !(((uintptr_t)addr | bytes) & mask) && pm_os_unmap(addr, bytes) == 0;
+        all &= gone[i];
+    }
+    pm_lock(&ph.lock);
+    for (size_t i = 0; i < k; i++) {
+        releasing_unlink_locked(picked[i]);
+        if (gone[i]) {
+            forget_locked(picked[i]);
+        } else {
+            picked[i]->state = PM_SPAN_RETURNED;
+            coalesce_insert_locked(picked[i]);
+        }
+    }
+    pm_unlock(&ph.lock);
+    return all;
+}
 
 /* malloc_trim, after the resident free pages: released runs of 1 MiB and
  * more are unmapped too (a block realloc moved away from, fresh memory
@@ -585,36 +645,11 @@ void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 static void unmap_released(void)
 {
     pm_span_t *picked[RELEASE_BATCH];
-    uintptr_t mask = pm_os_page_size() - 1;
     for (;;) {
-        size_t k = 0;
         pm_lock(&ph.lock);
-        for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
-            pm_span_t **l = &ph.lists[KIND_RETURNED][idx <= LISTS ? idx : 0];
-            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k);
-        }
+        size_t k = pick_released_locked(picked, 1);
         pm_unlock(&ph.lock);
-        if (!k) return;
-        uint8_t gone[RELEASE_BATCH];
-        int all = 1;
-        for (size_t i = 0; i < k; i++) {
-            void *addr = addr_of(picked[i]->page);
-            size_t bytes = picked[i]->npages << PM_PAGE_SHIFT;
-            gone[i] = !(((uintptr_t)addr | bytes) & mask) && pm_os_unmap(addr, bytes) == 0;
-            all &= gone[i];
-        }
-        pm_lock(&ph.lock);
-        for (size_t i = 0; i < k; i++) {
-            releasing_unlink_locked(picked[i]);
-            if (gone[i]) {
-                forget_locked(picked[i]);
-            } else {
-                picked[i]->state = PM_SPAN_RETURNED;
-                coalesce_insert_locked(picked[i]);
-            }
-        }
-        pm_unlock(&ph.lock);
-        if (!all) return;
+        if (!k || !unmap_picked(picked, k)) return;
     }
 }
 

@@ -761,6 +761,56 @@ static void test_pageheap_unmaps_long_runs(void **state)
     assert_int_equal(ph_stats().free, 0);
 }
 
+/* The decay: a free run unused for a second goes back at the next free,
+ * and one of 1 MiB or more with its address space; a run released at once
+ * (a block realloc moved away from) keeps its addresses for reuse, and is
+ * unmapped once it too has stayed unused for a second. */
+static void test_pageheap_decay_unmaps(void **state)
+{
+    (void)state;
+    enum { LONG = 200, SHORT = 8, TRIGGERS = 64 };
+    pm_span_t *trigger[TRIGGERS]; /* freed after the wait: each free runs the policy */
+    for (int i = 0; i < TRIGGERS; i++) assert_non_null(trigger[i] = pm_pageheap_alloc(1));
+    pm_span_t *a = pm_pageheap_alloc(LONG), *g1 = pm_pageheap_alloc(1);
+    pm_span_t *b = pm_pageheap_alloc(LONG), *g2 = pm_pageheap_alloc(1);
+    pm_span_t *c = pm_pageheap_alloc(SHORT), *g3 = pm_pageheap_alloc(1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_non_null(g3);
+    uintptr_t apage = a->page, bpage = b->page, cpage = c->page;
+    memset(page_ptr(apage), 1, LONG * PAGE);
+    memset(page_ptr(bpage), 2, LONG * PAGE);
+    memset(page_ptr(cpage), 3, SHORT * PAGE);
+    pm_pageheap_free(a);          /* FREE, resident */
+    pm_pageheap_free_released(b); /* released at once, still mapped */
+    pm_pageheap_free(c);
+    unsigned char vec[LONG * PAGE / 4096];
+    assert_int_equal(mincore(page_ptr(apage), LONG * PAGE, vec), 0);
+    assert_true(vec[0] & 1);
+    assert_int_equal(mincore(page_ptr(bpage), LONG * PAGE, vec), 0);
+    assert_false(vec[0] & 1);
+    usleep(1100 * 1000);
+    /* the policy takes 32 spans a free, older ones (other tests') first;
+     * nothing is allocated meanwhile, which could cut from a, b or c and
+     * make their rest young again */
+    for (int i = 0; i < TRIGGERS; i++) pm_pageheap_free(trigger[i]);
+    errno = 0;
+    assert_int_equal(mincore(page_ptr(apage), LONG * PAGE, vec), -1);
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_int_equal(mincore(page_ptr(bpage), LONG * PAGE, vec), -1);
+    assert_int_equal(errno, ENOMEM);
+    /* the short run: released, addresses kept */
+    assert_int_equal(mincore(page_ptr(cpage), SHORT * PAGE, vec), 0);
+    for (size_t i = 0; i < SHORT * PAGE / 4096; i++) assert_false(vec[i] & 1);
+    pm_pageheap_free(g1);
+    pm_pageheap_free(g2);
+    pm_pageheap_free(g3);
+}
+
 /* ======================================================================
  * central.c  (classes no other test uses: 176, 208, 896, 1024, 1152, 1536 B)
  * ==================================================================== */
@@ -2740,6 +2790,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
+        cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_fork_while_releasing),
         cmocka_unit_test(test_os_release_whole_pages),
     };
