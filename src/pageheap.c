@@ -321,9 +321,27 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
     return k;
 }
 
+/* Out of address space (RLIMIT_AS, vm.max_map_count) or commit charge
+ * (vm.overcommit_memory=2): every free run that only keeps addresses goes
+ * back, as malloc_trim would (a buffer realloc grew to 200 MiB and freed
+ * left 162 MiB mapped, and a malloc(400 MiB) that glibc served failed).
+ * 1: some address space went, so growing may now succeed. */
+static int give_back_address_space(void)
+{
+    pm_lock(&ph.lock);
+    uint64_t before = ph.mapped_pages;
+    pm_unlock(&ph.lock);
+    pm_pageheap_release_all();
+    pm_lock(&ph.lock);
+    int went = ph.mapped_pages < before;
+    pm_unlock(&ph.lock);
+    return went;
+}
+
 pm_span_t *pm_pageheap_alloc(size_t n)
 {
     if (n == 0 || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return NULL;
+    int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
         pm_lock(&ph.lock);
@@ -339,7 +357,10 @@ pm_span_t *pm_pageheap_alloc(size_t n)
             }
         }
         pm_unlock(&ph.lock);
-        if (grow(n) != 0) return NULL;
+        if (grow(n) != 0) {
+            if (gave_back || !give_back_address_space()) return NULL;
+            gave_back = 1;
+        }
     }
 }
 
@@ -464,36 +485,42 @@ static void releasing_unlink_locked(pm_span_t *s)
 enum { OS_KEPT, OS_RELEASED, OS_UNMAPPED };
 
 /* Gives the pages of s (RELEASING, so no other thread touches it) to the
- * OS; called without the lock.  A run that is not whole kernel pages
- * (pages above 8 KiB) is only madvised: munmap would round it up and take
- * a neighbour's bytes. */
+ * OS; called without the lock. */
 static int give_to_os(const pm_span_t *s)
 {
     void *addr = addr_of(s->page);
     size_t bytes = s->npages << PM_PAGE_SHIFT;
-    uintptr_t mask = pm_os_page_size() - 1;
-    if (s->npages >= UNMAP_PAGES && !(((uintptr_t)addr | bytes) & mask) &&
-        pm_os_unmap(addr, bytes) == 0)
-        return OS_UNMAPPED;
+    if (s->unmapping && pm_os_unmap(addr, bytes) == 0) return OS_UNMAPPED;
     return pm_os_release(addr, bytes) == 0 ? OS_RELEASED : OS_KEPT;
 }
 
-/* s's pages are unmapped: the span leaves the heap.  Its end pages no
- * longer name it, so no neighbour coalesces across the hole (interior
- * pages may still name a struct that is reused later; owner() and
- * coalescing check a span's range before trusting it). */
+/* s's pages are unmapped: the span leaves the heap.  Its ends left the
+ * page map when it was picked (interior pages may still name a struct
+ * that is reused later; owner() and coalescing check a span's range
+ * before trusting it). */
 static void forget_locked(pm_span_t *s)
 {
-    pm_pagemap_set_span(s->page, NULL);
-    pm_pagemap_set_span(s->page + s->npages - 1, NULL);
     ph.mapped_pages -= s->npages;
     spare_put_locked(s);
 }
 
+/* Takes s off its list for release.  A run of UNMAP_PAGES or more, of
+ * whole kernel pages (with pages above 8 KiB munmap would round it up and
+ * take a neighbour's bytes), may be unmapped: its ends leave the page map
+ * now, under the lock.  Once unmapped, its addresses may go to any mmap at
+ * once, our own growth included, whose span they then name: clearing them
+ * after the munmap erased a live block's entry (free(): invalid pointer). */
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
 {
     list_remove(s);
     releasing_link_locked(s);
+    uintptr_t mask = pm_os_page_size() - 1;
+    s->unmapping = s->npages >= UNMAP_PAGES &&
+                   !(((s->page | s->npages) << PM_PAGE_SHIFT) & mask);
+    if (s->unmapping) {
+        pm_pagemap_set_span(s->page, NULL);
+        pm_pagemap_set_span(s->page + s->npages - 1, NULL);
+    }
     out[(*k)++] = s;
 }
 
@@ -537,7 +564,8 @@ static size_t release_picked(pm_span_t **picked, size_t k)
             continue;
         }
         picked[i]->state = fate[i] == OS_KEPT ? PM_SPAN_FREE : PM_SPAN_RETURNED;
-        coalesce_insert_locked(picked[i]);
+        picked[i]->unmapping = 0;
+        coalesce_insert_locked(picked[i]); /* names it at its ends again */
     }
     if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
     pm_unlock(&ph.lock);
@@ -569,13 +597,9 @@ static void free_span(pm_span_t *s, int released)
     } else {
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     }
-    if (fate == OS_UNMAPPED) {
-        forget_locked(s);
-    } else {
-        *s = (pm_span_t){.page = s->page, .npages = s->npages,
-                         .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
-        coalesce_insert_locked(s);
-    }
+    *s = (pm_span_t){.page = s->page, .npages = s->npages,
+                     .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
+    coalesce_insert_locked(s);
     if (ph.free_pages[KIND_FREE] > limit ||
         (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         k = pick_release_locked(picked, ph.free_pages[KIND_FREE] > limit ? limit / 2 : limit, 0);
@@ -617,12 +641,10 @@ static size_t pick_released_locked(pm_span_t **out, int all)
 static int unmap_picked(pm_span_t **picked, size_t k)
 {
     uint8_t gone[RELEASE_BATCH];
-    uintptr_t mask = pm_os_page_size() - 1;
     int all = 1;
     for (size_t i = 0; i < k; i++) {
         void *addr = addr_of(picked[i]->page);
-        size_t bytes = picked[i]->npages << PM_PAGE_SHIFT;
-        gone[i] = !(((uintptr_t)addr | bytes) & mask) && pm_os_unmap(addr, bytes) == 0;
+        gone[i] = picked[i]->unmapping && pm_os_unmap(addr, picked[i]->npages << PM_PAGE_SHIFT) == 0;
         all &= gone[i];
     }
     pm_lock(&ph.lock);
@@ -632,6 +654,7 @@ static int unmap_picked(pm_span_t **picked, size_t k)
             forget_locked(picked[i]);
         } else {
             picked[i]->state = PM_SPAN_RETURNED;
+            picked[i]->unmapping = 0;
             coalesce_insert_locked(picked[i]);
         }
     }
@@ -703,7 +726,7 @@ void pm_pageheap_unlock_all(int child)
     while (ph.releasing) {
         pm_span_t *s = ph.releasing;
         releasing_unlink_locked(s);
-        if (s->npages >= UNMAP_PAGES) {
+        if (s->unmapping) {
             forget_locked(s);
             continue;
         }

@@ -20,8 +20,9 @@
  * counts them and the uncarved tail as allocated, so that no thread takes
  * an object whose pages are being released and the span cannot empty.
  * Free spans (under the page-heap lock): the page map maps their first and
- * last page to them, and no two FREE neighbours (or two RETURNED ones)
- * exist: coalescing joins them at once. */
+ * last page to them (a RELEASING one that may be unmapped: neither), and no
+ * two FREE neighbours (or two RETURNED ones) exist: coalescing joins them
+ * at once. */
 enum { PM_SPAN_IN_USE = 1, PM_SPAN_FREE, PM_SPAN_RETURNED, PM_SPAN_RELEASING };
 
 typedef struct pm_span {
@@ -37,6 +38,8 @@ typedef struct pm_span {
     uint8_t zeroed;           /* large: memory known to be all zero */
     uint8_t on_list;          /* small: linked into the central nonempty list */
     uint8_t trimming;         /* small: held by malloc_trim (off every list) */
+    uint8_t unmapping;        /* RELEASING: may be unmapped, so its ends are
+                                 out of the page map already (pageheap.c) */
     uint32_t held_pin;        /* small, trimming: what it added to allocated */
     uint32_t held_carved;     /* small, trimming: carved before it was held */
     void *held;               /* small, trimming: its free objects, taken */

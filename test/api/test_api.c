@@ -672,6 +672,45 @@ static void test_freed_address_space_returns(void **state)
     expect_child_ok(unmap_child);
 }
 
+/* A buffer grown by realloc to 200 MiB and freed leaves the blocks it moved
+ * away from released but mapped for a while (for reuse); a malloc that
+ * then finds no address space gets them back first.  Under a limit 520 MiB
+ * above the start, malloc(400 MiB) must succeed right after the free, as
+ * under glibc. */
+static void realloc_grown_child(void *arg)
+{
+    (void)arg;
+    size_t start = vm_bytes();
+    limit_vm(520 * MiB);
+    unsigned char *b = NULL;
+    size_t len = 0;
+    while (len < 200 * MiB) {
+        size_t n = len ? len + len / 2 : MiB;
+        unsigned char *q = realloc(b, n);
+        if (!q) {
+            fprintf(stderr, "realloc to %zu MiB failed\n", n >> 20);
+            _exit(1);
+        }
+        for (size_t i = len; i < n; i += 4096) q[i] = (unsigned char)(i >> 12);
+        b = q;
+        len = n;
+    }
+    free(b);
+    void *big = malloc(400 * MiB);
+    if (!big) {
+        fprintf(stderr, "malloc(400 MiB) failed after freeing a 200 MiB buffer: %zu MiB mapped above the start\n",
+                (vm_bytes() - start) >> 20);
+        _exit(2);
+    }
+    free(big);
+}
+
+static void test_freed_address_space_serves_malloc(void **state)
+{
+    (void)state;
+    expect_child_ok(realloc_grown_child);
+}
+
 static void test_realloc_null_and_zero(void **state)
 {
     (void)state;
@@ -1465,6 +1504,7 @@ int main(void)
         cmocka_unit_test(test_realloc_shrinks_large_in_place),
         cmocka_unit_test(test_exhausted_reuses_free_memory),
         cmocka_unit_test(test_freed_address_space_returns),
+        cmocka_unit_test(test_freed_address_space_serves_malloc),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),
