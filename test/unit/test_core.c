@@ -840,8 +840,11 @@ static void *unmap_race_releaser(void *arg)
 static void *unmap_race_grower(void *arg)
 {
     unmap_race_t *r = arg;
+    uint64_t x = (uintptr_t)&x | 1;
     while (!atomic_load(&r->stop)) {
-        pm_span_t *s = pm_pageheap_alloc(200); /* the heap grows by 2 MiB: fits a hole */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* sizes of every kind, so that some growth fits a hole exactly */
+        pm_span_t *s = pm_pageheap_alloc(1 + (size_t)(x % 1300));
         if (!s) break;
         atomic_fetch_add(&r->grown, 1);
         for (int i = 0; i < 50; i++) {
