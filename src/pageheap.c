@@ -54,6 +54,7 @@ static struct {
     uint64_t now;                /* the clock as read by the current operation */
     uint64_t retry_ns;           /* the policy releases nothing before this */
     uint64_t unmap_scan_ns;      /* next look for released runs to unmap */
+    uint64_t give_back_ns;       /* no give-back for a failed growth before this */
 } ph = {.lock = PM_LOCK_INIT};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -222,6 +223,7 @@ static void coalesce_insert_locked(pm_span_t *s)
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
 static size_t release_picked(pm_span_t **picked, size_t k);
 static size_t pick_released_locked(pm_span_t **out, int all);
+static void unmap_released(void);
 static int unmap_picked(pm_span_t **picked, size_t k);
 static void free_span(pm_span_t *s, int released);
 
@@ -322,20 +324,48 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 }
 
 /* Out of address space (RLIMIT_AS, vm.max_map_count) or commit charge
- * (vm.overcommit_memory=2): every free run that only keeps addresses goes
- * back, as malloc_trim would (a buffer realloc grew to 200 MiB and freed
- * left 162 MiB mapped, and a malloc(400 MiB) that glibc served failed).
+ * (vm.overcommit_memory=2): every free run long enough to be unmapped goes
+ * back, resident or released (a buffer realloc grew to 200 MiB and freed
+ * left 162 MiB mapped, and a malloc(400 MiB) that glibc served failed);
+ * shorter runs stay, as madvise gives no address space back.  At most once
+ * per PM_DECAY_NS after one that did not help: a program that keeps asking
+ * for more than could ever fit (a malloc(1 << 45) caught as an error) lost
+ * its warm free memory on every try, 300 times the page faults.
  * 1: some address space went, so growing may now succeed. */
 static int give_back_address_space(void)
 {
+    uint64_t now = pm_os_monotonic_ns();
+    pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
+    if (now < ph.give_back_ns) {
+        pm_unlock(&ph.lock);
+        return 0;
+    }
     uint64_t before = ph.mapped_pages;
-    pm_unlock(&ph.lock);
-    pm_pageheap_release_all();
+    for (;;) {
+        size_t k = 0;
+        for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
+            pm_span_t **l = &ph.lists[KIND_FREE][idx <= LISTS ? idx : 0];
+            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k);
+        }
+        pm_unlock(&ph.lock);
+        if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
+        pm_lock(&ph.lock);
+    }
+    unmap_released();
     pm_lock(&ph.lock);
     int went = ph.mapped_pages < before;
     pm_unlock(&ph.lock);
     return went;
+}
+
+/* The growth after a give-back failed too: no more give-backs for a while. */
+static void give_back_failed(void)
+{
+    uint64_t now = pm_os_monotonic_ns();
+    pm_lock(&ph.lock);
+    ph.give_back_ns = now + PM_DECAY_NS;
+    pm_unlock(&ph.lock);
 }
 
 pm_span_t *pm_pageheap_alloc(size_t n)
@@ -358,6 +388,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
         }
         pm_unlock(&ph.lock);
         if (grow(n) != 0) {
+            if (gave_back) give_back_failed();
             if (gave_back || !give_back_address_space()) return NULL;
             gave_back = 1;
         }

@@ -74,10 +74,11 @@ int pm_malloc_trim(size_t pad)
     if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
     pm_central_drain();
     uint64_t inside = pm_central_release_free();
-    profmalloc_stats_t before;
+    profmalloc_stats_t before, after;
     pm_stats_collect(&before);
     pm_pageheap_release_all();
-    return before.pageheap_free != 0 || inside != 0;
+    pm_stats_collect(&after);
+    return before.pageheap_free != 0 || inside != 0 || after.mapped < before.mapped;
 }
 
 int pm_mallopt(int param, int value)

@@ -711,6 +711,45 @@ static void test_freed_address_space_serves_malloc(void **state)
     expect_child_ok(realloc_grown_child);
 }
 
+/* A request that can never fit, asked again and again (a program that
+ * catches the failure), must not cost the free memory every time: 50
+ * rounds of 8 MiB in 1 MiB blocks written and freed, each followed by a
+ * malloc(1 GiB) that fails under the limit.  Giving the free memory back
+ * on every failure faulted all of it in again each round (50 x 2048
+ * faults); it may go back once a second. */
+static void hopeless_child(void *arg)
+{
+    (void)arg;
+    enum { ROUNDS = 50, N = 8 };
+    limit_vm(96 * MiB);
+    void *b[N];
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < N; i++) {
+            b[i] = malloc(MiB);
+            if (!b[i]) _exit(1);
+            memset(b[i], round, MiB);
+        }
+        for (int i = 0; i < N; i++) free(b[i]);
+        errno = 0;
+        if (malloc(1024 * MiB) != NULL || errno != ENOMEM) _exit(2);
+    }
+    getrusage(RUSAGE_SELF, &r1);
+    long faults = r1.ru_minflt - r0.ru_minflt;
+    if (faults > ROUNDS * N * (long)(MiB / 4096) / 4) {
+        fprintf(stderr, "%ld page faults in %d rounds of %d MiB\n", faults, ROUNDS, N);
+        _exit(3);
+    }
+}
+
+static void test_hopeless_malloc_keeps_free_memory(void **state)
+{
+    (void)state;
+    if (!pm_stats_fn) skip(); /* glibc unmaps 1 MiB blocks at every free */
+    expect_child_ok(hopeless_child);
+}
+
 static void test_realloc_null_and_zero(void **state)
 {
     (void)state;
@@ -1505,6 +1544,7 @@ int main(void)
         cmocka_unit_test(test_exhausted_reuses_free_memory),
         cmocka_unit_test(test_freed_address_space_returns),
         cmocka_unit_test(test_freed_address_space_serves_malloc),
+        cmocka_unit_test(test_hopeless_malloc_keeps_free_memory),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),
