@@ -737,10 +737,12 @@ void pm_pageheap_release_all(void)
     pm_unlock(&ph.lock);
     while (left) {
         pm_lock(&ph.lock);
+        uint64_t had = ph.free_pages[KIND_FREE];
         size_t k = pick_release_locked(picked, 0, 1);
+        uint64_t took = had - ph.free_pages[KIND_FREE]; /* not the released neighbours taken along */
         pm_unlock(&ph.lock);
         if (!k) break;
-        for (size_t i = 0; i < k; i++) left -= picked[i]->npages < left ? picked[i]->npages : left;
+        left -= took < left ? took : left;
         release_picked(picked, k);
     }
     unmap_released();
