@@ -220,7 +220,7 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 /* ---- allocation ------------------------------------------------------- */
 
-static void pick(pm_span_t *s, pm_span_t **out, size_t *k);
+static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
 static size_t pick_released_locked(pm_span_t **out, int all);
 static void unmap_released(void);
@@ -318,7 +318,7 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
     if (ph.now < ph.retry_ns) return 0;
     while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
         released += ph.oldest->npages;
-        pick(ph.oldest, out, &k);
+        pick(ph.oldest, out, &k, 0);
     }
     return k;
 }
@@ -346,7 +346,7 @@ static int give_back_address_space(void)
         size_t k = 0;
         for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
             pm_span_t **l = &ph.lists[KIND_FREE][idx <= LISTS ? idx : 0];
-            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k);
+            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k, 1);
         }
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
@@ -541,14 +541,17 @@ static void forget_locked(pm_span_t *s)
  * now, under the lock.  Once unmapped, its addresses may go to any mmap at
  * once, our own growth included, whose span they then name: clearing them
  * after the munmap erased a live block's entry (free(): invalid pointer). */
-static void pick(pm_span_t *s, pm_span_t **out, size_t *k)
+static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
 {
     list_remove(s);
-    if (s->npages >= UNMAP_PAGES) {
-        /* released neighbours go with it: left beside the hole, such a
-         * piece (the rest of a released run a block was cut from) could
-         * merge with nothing again and, under 1 MiB, was never unmapped;
-         * a review's loop kept 10 MB more address space per second */
+    if (absorb && s->npages >= UNMAP_PAGES) {
+        /* malloc_trim and a failed growth: released neighbours go with it.
+         * Left beside the hole, such a piece (the rest of a released run a
+         * block was cut from) could merge with nothing again and, under
+         * 1 MiB, was never unmapped: a review's loop with malloc_trim kept
+         * 10 MB more address space per second.  Not on the policy's own
+         * releases: there it cost bench/large 2.8x the page faults (the
+         * released runs are what the next large blocks are cut from). */
         pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
         if (prev && prev->state == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
             list_remove(prev);
@@ -583,14 +586,14 @@ static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int forc
     size_t k = 0;
     int gated = !force && ph.now < ph.retry_ns;
     while (!gated && k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
-        pick(ph.oldest, out, &k);
+        pick(ph.oldest, out, &k, force);
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
         if (gated && idx && idx < UNMAP_PAGES) break;
         while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH &&
                ph.free_pages[KIND_FREE] > keep_pages)
-            pick(ph.lists[KIND_FREE][idx], out, &k);
+            pick(ph.lists[KIND_FREE][idx], out, &k, force);
     }
     return k;
 }
@@ -679,7 +682,7 @@ static size_t pick_released_locked(pm_span_t **out, int all)
         pm_span_t *s = ph.lists[KIND_RETURNED][idx <= LISTS ? idx : 0];
         while (s && k < RELEASE_BATCH) {
             pm_span_t *next = s->next;
-            if (all || s->free_ns + PM_DECAY_NS <= ph.now) pick(s, out, &k);
+            if (all || s->free_ns + PM_DECAY_NS <= ph.now) pick(s, out, &k, 0);
             s = next;
         }
     }
