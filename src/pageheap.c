@@ -222,9 +222,8 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
-static size_t pick_released_locked(pm_span_t **out, int all);
+static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb);
 static void unmap_released(void);
-static int unmap_picked(pm_span_t **picked, size_t k);
 static void free_span(pm_span_t *s, int released);
 
 static pm_span_t *best_fit_locked(size_t n)
@@ -343,11 +342,7 @@ static int give_back_address_space(void)
     }
     uint64_t before = ph.mapped_pages;
     for (;;) {
-        size_t k = 0;
-        for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
-            pm_span_t **l = &ph.lists[KIND_FREE][idx <= LISTS ? idx : 0];
-            while (*l && k < RELEASE_BATCH) pick(*l, picked, &k, 1);
-        }
+        size_t k = pick_long_locked(KIND_FREE, picked, 1, 1);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
         pm_lock(&ph.lock);
@@ -515,8 +510,17 @@ static void releasing_unlink_locked(pm_span_t *s)
 
 enum { OS_KEPT, OS_RELEASED, OS_UNMAPPED };
 
+/* A run of UNMAP_PAGES or more, of whole kernel pages (with pages above
+ * 8 KiB munmap would round it up and take a neighbour's bytes). */
+static int can_unmap(uintptr_t page, size_t npages)
+{
+    uintptr_t mask = pm_os_page_size() - 1;
+    return npages >= UNMAP_PAGES && !(((page | npages) << PM_PAGE_SHIFT) & mask);
+}
+
 /* Gives the pages of s (RELEASING, so no other thread touches it) to the
- * OS; called without the lock. */
+ * OS; called without the lock.  A released run whose munmap the kernel
+ * refuses is madvised again: harmless, and rare (the map count). */
 static int give_to_os(const pm_span_t *s)
 {
     void *addr = addr_of(s->page);
@@ -535,10 +539,8 @@ static void forget_locked(pm_span_t *s)
     spare_put_locked(s);
 }
 
-/* Takes s off its list for release.  A run of UNMAP_PAGES or more, of
- * whole kernel pages (with pages above 8 KiB munmap would round it up and
- * take a neighbour's bytes), may be unmapped: its ends leave the page map
- * now, under the lock.  Once unmapped, its addresses may go to any mmap at
+/* Takes s off its list for release.  A run that can_unmap() may be
+ * unmapped: its ends leave the page map now, under the lock.  Once unmapped, its addresses may go to any mmap at
  * once, our own growth included, whose span they then name: clearing them
  * after the munmap erased a live block's entry (free(): invalid pointer). */
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
@@ -567,9 +569,7 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
         }
     }
     releasing_link_locked(s);
-    uintptr_t mask = pm_os_page_size() - 1;
-    s->unmapping = s->npages >= UNMAP_PAGES &&
-                   !(((s->page | s->npages) << PM_PAGE_SHIFT) & mask);
+    s->unmapping = (uint8_t)can_unmap(s->page, s->npages);
     if (s->unmapping) {
         pm_pagemap_set_span(s->page, NULL);
         pm_pagemap_set_span(s->page + s->npages - 1, NULL);
@@ -600,14 +600,15 @@ static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int forc
 
 /* Returns the picked spans' pages to the OS and the spans to the free
  * lists (or out of the heap, when unmapped); gives the number of spans
- * whose release the kernel refused. */
+ * that stayed in the heap. */
 static size_t release_picked(pm_span_t **picked, size_t k)
 {
     uint8_t fate[RELEASE_BATCH];
-    size_t nrefused = 0;
+    size_t nrefused = 0, stayed = 0;
     for (size_t i = 0; i < k; i++) {
         fate[i] = (uint8_t)give_to_os(picked[i]);
         nrefused += fate[i] == OS_KEPT;
+        stayed += fate[i] != OS_UNMAPPED;
     }
     pm_lock(&ph.lock);
     for (size_t i = 0; i < k; i++) {
@@ -622,7 +623,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     }
     if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
     pm_unlock(&ph.lock);
-    return nrefused;
+    return stayed;
 }
 
 static void free_span(pm_span_t *s, int released)
@@ -662,57 +663,32 @@ static void free_span(pm_span_t *s, int released)
     size_t nstale = 0;
     if (ph.now >= ph.unmap_scan_ns) {
         ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
-        nstale = pick_released_locked(stale, 0);
+        nstale = pick_long_locked(KIND_RETURNED, stale, 0, 0);
     }
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
-    if (nstale) unmap_picked(stale, nstale);
+    if (nstale) release_picked(stale, nstale);
 }
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
-/* Picks released runs of UNMAP_PAGES or more: all of them, or those
- * unused for PM_DECAY_NS. */
-static size_t pick_released_locked(pm_span_t **out, int all)
+/* Picks runs of a kind that can be unmapped: all of them, or those unused
+ * for PM_DECAY_NS (absorb: see pick). */
+static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb)
 {
     size_t k = 0;
     for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1 && k < RELEASE_BATCH; idx++) {
-        pm_span_t *s = ph.lists[KIND_RETURNED][idx <= LISTS ? idx : 0];
+        pm_span_t *s = ph.lists[kind][idx <= LISTS ? idx : 0];
         while (s && k < RELEASE_BATCH) {
-            pm_span_t *next = s->next;
-            if (all || s->free_ns + PM_DECAY_NS <= ph.now) pick(s, out, &k, 0);
+            pm_span_t *next = s->next; /* (absorbing takes only the other kind) */
+            if (can_unmap(s->page, s->npages) && (all || s->free_ns + PM_DECAY_NS <= ph.now))
+                pick(s, out, &k, absorb);
             s = next;
         }
     }
     return k;
-}
-
-/* Unmaps picked released runs (without the lock); one the kernel keeps
- * goes back as it was.  1: all went. */
-static int unmap_picked(pm_span_t **picked, size_t k)
-{
-    uint8_t gone[RELEASE_BATCH];
-    int all = 1;
-    for (size_t i = 0; i < k; i++) {
-        void *addr = addr_of(picked[i]->page);
-        gone[i] = picked[i]->unmapping && pm_os_unmap(addr, picked[i]->npages << PM_PAGE_SHIFT) == 0;
-        all &= gone[i];
-    }
-    pm_lock(&ph.lock);
-    for (size_t i = 0; i < k; i++) {
-        releasing_unlink_locked(picked[i]);
-        if (gone[i]) {
-            forget_locked(picked[i]);
-        } else {
-            picked[i]->state = PM_SPAN_RETURNED;
-            picked[i]->unmapping = 0;
-            coalesce_insert_locked(picked[i]);
-        }
-    }
-    pm_unlock(&ph.lock);
-    return all;
 }
 
 /* malloc_trim, after the resident free pages: released runs of 1 MiB and
@@ -723,9 +699,9 @@ static void unmap_released(void)
     pm_span_t *picked[RELEASE_BATCH];
     for (;;) {
         pm_lock(&ph.lock);
-        size_t k = pick_released_locked(picked, 1);
+        size_t k = pick_long_locked(KIND_RETURNED, picked, 1, 0);
         pm_unlock(&ph.lock);
-        if (!k || !unmap_picked(picked, k)) return;
+        if (!k || release_picked(picked, k)) return;
     }
 }
 

@@ -669,6 +669,18 @@ static int leftover_temps(void)
     return n;
 }
 
+/* Runs fn(arg) on four threads at once; each must return NULL. */
+static void run_four(void *(*fn)(void *), void *arg)
+{
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, fn, arg), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_null(r);
+    }
+}
+
 /* Threads dumping to one path at once: every dump succeeds, and what any
  * of them finds at the path right after is a whole profile. */
 static void *same_path_dumper(void *arg)
@@ -691,13 +703,7 @@ static void test_concurrent_dumps_to_one_path(void **state)
     void **keep = malloc(K * sizeof *keep);
     for (int i = 0; i < K; i++) keep[i] = malloc(64 + (size_t)i);
     char *path = strdup(path_in_dir("prof-same-path.pb.gz"));
-    pthread_t t[4];
-    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, same_path_dumper, path), 0);
-    for (int i = 0; i < 4; i++) {
-        void *r;
-        assert_int_equal(pthread_join(t[i], &r), 0);
-        assert_null(r);
-    }
+    run_four(same_path_dumper, path);
     assert_int_equal(leftover_temps(), 0);
     for (int i = 0; i < K; i++) free(keep[i]);
     free(keep);
@@ -933,13 +939,7 @@ static void test_dump_to_special_files(void **state)
     int mfd = open(multi, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
     assert_true(mfd >= 0);
     snprintf(fdname, sizeof fdname, "/dev/fd/%d", mfd);
-    pthread_t dumpers[4];
-    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&dumpers[i], NULL, dump_ten_times, fdname), 0);
-    for (int i = 0; i < 4; i++) {
-        void *r;
-        assert_int_equal(pthread_join(dumpers[i], &r), 0);
-        assert_null(r);
-    }
+    run_four(dump_ten_times, fdname);
     close(mfd);
     char cmd[PATH_MAX + 32];
     snprintf(cmd, sizeof cmd, "gzip -t '%s'", multi);
