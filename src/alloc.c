@@ -337,6 +337,10 @@ void *pm_reallocarray(void *p, size_t n, size_t size)
 void *pm_memalign(size_t align, size_t size)
 {
     if (align <= PM_ALIGNMENT) return pm_malloc_inline(size);
+    if (align > SIZE_MAX / 2 + 1) { /* no power of two to round up to */
+        errno = EINVAL;
+        return NULL;
+    }
     if (align & (align - 1)) { /* glibc rounds a bad alignment up */
         if (align > ((size_t)1 << 62)) return enomem();
         size_t a = 1;

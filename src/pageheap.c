@@ -54,7 +54,8 @@ static struct {
     uint64_t now;                /* the clock as read by the current operation */
     uint64_t retry_ns;           /* the policy releases nothing before this */
     uint64_t unmap_scan_ns;      /* next look for released runs to unmap */
-    uint64_t give_back_ns;       /* no give-back for a failed growth before this */
+    uint64_t give_back_ns;       /* no give-back for a failed growth before this, */
+    uint64_t give_back_fail_pages; /* of this many pages or more */
 } ph = {.lock = PM_LOCK_INIT};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -267,6 +268,51 @@ static void carve_locked(pm_span_t *s, size_t n)
     mark_ends(s);
 }
 
+/* Takes the n pages at `start` (inside free span s) and returns the pages
+ * before and after them as free spans of s's state.  Needs two spares. */
+static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
+{
+    size_t lead = start - s->page;
+    if (lead) {
+        list_remove(s);
+        pm_span_t *head = spare_get_locked();
+        head->page = s->page;
+        head->npages = lead;
+        head->state = s->state;
+        s->page = start;
+        s->npages -= lead;
+        mark_ends(head);
+        list_insert(head);
+        mark_ends(s);
+        list_insert(s);
+    }
+    carve_locked(s, n);
+}
+
+/* Spans an aligned search looks at before it gives up. */
+#define ALIGNED_SCAN 64
+
+/* A free span holding n pages that start on a multiple of align, resident
+ * ones first; *start is where.  Looks at up to ALIGNED_SCAN spans. */
+static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
+{
+    size_t budget = ALIGNED_SCAN;
+    for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++) {
+        /* exact lists n..LISTS, then list 0 (every run longer than LISTS) */
+        for (size_t i = n <= LISTS ? n : LISTS + 1; i <= LISTS + 1; i++) {
+            for (pm_span_t *s = ph.lists[kind][i <= LISTS ? i : 0]; s; s = s->next) {
+                uintptr_t at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
+                if (s->npages >= n && at - s->page <= s->npages - n) {
+                    *start = at;
+                    return s;
+                }
+                if (--budget == 0) return NULL;
+            }
+        }
+    }
+    return NULL;
+}
+
 /* Maps fresh memory for at least n pages and adds it as RETURNED. */
 static int grow(size_t n)
 {
@@ -329,14 +375,32 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
  * shorter runs stay, as madvise gives no address space back.  At most once
  * per PM_DECAY_NS after one that did not help: a program that keeps asking
  * for more than could ever fit (a malloc(1 << 45) caught as an error) lost
- * its warm free memory on every try, 300 times the page faults.
+ * its warm free memory on every try, 300 times the page faults; unless
+ * the long free runs add up to the n pages asked for.
  * 1: some address space went, so growing may now succeed. */
-static int give_back_address_space(void)
+static int can_unmap(uintptr_t page, size_t npages);
+
+/* Pages in free runs long enough to be unmapped, of either kind. */
+static uint64_t long_free_pages_locked(void)
+{
+    uint64_t pages = 0;
+    for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++)
+        for (size_t idx = UNMAP_PAGES; idx <= LISTS + 1; idx++)
+            for (pm_span_t *s = ph.lists[kind][idx <= LISTS ? idx : 0]; s; s = s->next)
+                if (can_unmap(s->page, s->npages)) pages += s->npages;
+    return pages;
+}
+
+static int give_back_address_space(size_t n)
 {
     uint64_t now = pm_os_monotonic_ns();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
-    if (now < ph.give_back_ns) {
+    /* The pause holds only for requests at least as large as one that
+     * failed, and that the long free runs could not hold by themselves: a
+     * program that freed its caches after an ENOMEM and retried a smaller
+     * request within the second got NULL where glibc succeeded. */
+    if (now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free_pages_locked() < n) {
         pm_unlock(&ph.lock);
         return 0;
     }
@@ -354,11 +418,13 @@ static int give_back_address_space(void)
     return went;
 }
 
-/* The growth after a give-back failed too: no more give-backs for a while. */
-static void give_back_failed(void)
+/* The growth of n pages after a give-back failed too: no more give-backs
+ * for a while, for requests as large. */
+static void give_back_failed(size_t n)
 {
     uint64_t now = pm_os_monotonic_ns();
     pm_lock(&ph.lock);
+    if (now >= ph.give_back_ns || n < ph.give_back_fail_pages) ph.give_back_fail_pages = n;
     ph.give_back_ns = now + PM_DECAY_NS;
     pm_unlock(&ph.lock);
 }
@@ -383,8 +449,8 @@ pm_span_t *pm_pageheap_alloc(size_t n)
         }
         pm_unlock(&ph.lock);
         if (grow(n) != 0) {
-            if (gave_back) give_back_failed();
-            if (gave_back || !give_back_address_space()) return NULL;
+            if (gave_back) give_back_failed(n);
+            if (gave_back || !give_back_address_space(n)) return NULL;
             gave_back = 1;
         }
     }
@@ -406,7 +472,29 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     if (align <= 1) return pm_pageheap_alloc(n);
     if (n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4)
         return NULL;
-    pm_span_t *s = pm_pageheap_alloc(n + align - 1);
+    /* First a free run that already holds an aligned range.  Without this
+     * a loop of aligned_alloc(1 MiB, 2 MB) and free mapped 1 MiB more on
+     * every round: the freed block (FREE) and the unused lead and trail
+     * of its run (RETURNED) never merge, so no run was ever n + align - 1
+     * long again (20 000 rounds: 19.7 GB of address space). */
+    for (;;) {
+        if (reserve_spares() != 0) return NULL;
+        pm_lock(&ph.lock);
+        if (pm_relaxed_load(&ph.nspare) >= 2) break;
+        pm_unlock(&ph.lock);
+    }
+    uintptr_t at;
+    pm_span_t *s = aligned_fit_locked(n, align, &at);
+    if (s) {
+        carve_at_locked(s, at, n);
+        pm_span_t *picked[RELEASE_BATCH];
+        size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
+        pm_unlock(&ph.lock);
+        if (k) release_picked(picked, k);
+        return s;
+    }
+    pm_unlock(&ph.lock);
+    s = pm_pageheap_alloc(n + align - 1);
     if (!s) return NULL;
     for (;;) {
         if (reserve_spares() != 0) {

@@ -787,6 +787,68 @@ static void test_address_space_stays_bounded(void **state)
     if (end > at20 + 2 * MiB) fail_msg("mapped %zu KiB after 20 rounds, %zu KiB after 150", at20 >> 10, end >> 10);
 }
 
+/* A loop of aligned allocations and frees reuses its address space.  The
+ * freed block and the unused ends of the run it was cut from did not merge
+ * again, so every round of aligned_alloc(1 MiB, 2 MB) mapped 1 MiB more
+ * (a review: 19.7 GB after 20 000 rounds, until vm.max_map_count). */
+static void test_aligned_loop_address_space(void **state)
+{
+    (void)state;
+    static const size_t aligns[] = {64 * KiB, MiB, 2 * MiB};
+    static const size_t sizes[] = {100, 300 * KiB, 2 * MiB + 4321};
+    size_t start = vm_bytes();
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++)
+        for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; j++)
+            for (int round = 0; round < 300; round++) {
+                unsigned char *p = aligned_alloc(aligns[i], sizes[j]);
+                assert_non_null(p);
+                assert_int_equal((uintptr_t)p % aligns[i], 0);
+                p[0] = p[sizes[j] - 1] = (unsigned char)round;
+                free(p);
+            }
+    size_t grown = vm_bytes() - start;
+    if (grown > 32 * MiB) fail_msg("2700 aligned blocks allocated and freed in turn left %zu MiB more address space", grown >> 20);
+}
+
+/* After an ENOMEM, a program frees what it holds and retries a smaller
+ * request at once, as glibc lets it: the pause on giving address space
+ * back after a failed try (hopeless_child) must not refuse it.  Under a
+ * limit 256 MiB above the start: malloc(300 MiB) fails, and so does a
+ * realloc from 100 to 250 MiB (but not glibc's), blocks of 100 kB fill the
+ * rest, all are freed, malloc(200 MiB). */
+static void retry_child(void *arg)
+{
+    (void)arg;
+    limit_vm(256 * MiB);
+    errno = 0;
+    if (malloc(300 * MiB) != NULL || errno != ENOMEM) _exit(1);
+    char *q = malloc(100 * MiB);
+    if (!q) _exit(2);
+    memset(q, 'q', 100 * MiB);
+    char *r = realloc(q, 250 * MiB); /* glibc's mremap can, profmalloc cannot */
+    if (r) q = r;
+    q = realloc(q, 10 * MiB);
+    if (!q || q[10 * MiB - 1] != 'q') _exit(4);
+    free(q);
+    static void *v[4096];
+    size_t n = 0;
+    while (n < 4096 && (v[n] = malloc(100000)) != NULL) memset(v[n++], 1, 100000);
+    if (n == 4096) _exit(5); /* the limit did not hold */
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    void *big = malloc(200 * MiB);
+    if (!big) {
+        fprintf(stderr, "malloc(200 MiB) failed right after %zu blocks of 100 kB were freed\n", n);
+        _exit(6);
+    }
+    free(big);
+}
+
+static void test_retry_after_enomem(void **state)
+{
+    (void)state;
+    expect_child_ok(retry_child);
+}
+
 static void test_hopeless_malloc_keeps_free_memory(void **state)
 {
     (void)state;
@@ -1032,6 +1094,20 @@ static void test_aligned_variants(void **state)
     assert_int_equal(errno, ENOMEM);
     errno = 0;
     assert_null(memalign(4096, v_ptrdiff_max + 1));
+    assert_int_equal(errno, ENOMEM);
+    /* glibc: an alignment above SIZE_MAX / 2 + 1 cannot be rounded up to a
+     * power of two, EINVAL; the largest power of two is only too big */
+    errno = 0;
+    assert_null(memalign(v_size_max, 16));
+    assert_int_equal(errno, EINVAL);
+    errno = 0;
+    assert_null(aligned_alloc(v_size_max / 2 + 2, 16));
+    assert_int_equal(errno, EINVAL);
+    errno = 0;
+    assert_null(memalign(v_size_max / 2 + 1, 16));
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_null(memalign(v_size_max / 4 + 1, 16)); /* rounds up to 2^63 */
     assert_int_equal(errno, ENOMEM);
 }
 
@@ -1589,7 +1665,9 @@ int main(void)
         cmocka_unit_test(test_freed_address_space_returns),
         cmocka_unit_test(test_freed_address_space_serves_malloc),
         cmocka_unit_test(test_hopeless_malloc_keeps_free_memory),
+        cmocka_unit_test(test_retry_after_enomem),
         cmocka_unit_test(test_address_space_stays_bounded),
+        cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),

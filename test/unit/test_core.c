@@ -617,6 +617,28 @@ static void test_pageheap_aligned(void **state)
     }
 }
 
+/* Aligned spans allocated and freed in turn reuse the run they came from,
+ * the freed span (FREE) and the unused ends of its run (RETURNED) do not
+ * merge, so no run was n + align - 1 long again and every round grew the
+ * heap. */
+static void test_pageheap_aligned_reuse(void **state)
+{
+    (void)state;
+    uint64_t mapped = 0;
+    for (int round = 0; round < 100; round++) {
+        pm_span_t *s = pm_pageheap_alloc_aligned(200, 128);
+        assert_non_null(s);
+        assert_int_equal(s->page % 128, 0);
+        assert_int_equal(s->npages, 200);
+        page_ptr(s->page)[0] = 1;
+        pm_pageheap_free(s);
+        if (round == 0) mapped = ph_stats().mapped;
+    }
+    if (ph_stats().mapped > mapped)
+        fail_msg("heap mapped %llu KiB after one aligned round, %llu KiB after 100",
+                 (unsigned long long)mapped >> 10, (unsigned long long)ph_stats().mapped >> 10);
+}
+
 /* A span in use grows into the free span right after it, resident or
  * not, and only into that: an in-use neighbour or too short a free one
  * leaves it as it was. */
@@ -2870,6 +2892,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_coalesce_same_state),
         cmocka_unit_test(test_pageheap_coalesce_three),
         cmocka_unit_test(test_pageheap_aligned),
+        cmocka_unit_test(test_pageheap_aligned_reuse),
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
