@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 static _Atomic uint64_t large_bytes, large_requested, large_count;
 
@@ -18,9 +19,31 @@ static _Atomic uint64_t large_bytes, large_requested, large_count;
 
 static inline void *page_addr(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
 
-PM_COLD static void invalid_free(const void *p)
+PM_COLD static void invalid_pointer(const char *what, const void *p)
 {
-    pm_os_fatal("free(): invalid pointer", p, 1);
+    pm_os_fatal(what, p, 1);
+}
+
+PM_COLD static void invalid_free(const void *p) { invalid_pointer("free(): invalid pointer", p); }
+
+/* See pm_internal.h; pm_init mixes in the kernel's random bytes, so no
+ * program data is likely to equal it (a constant until then). */
+uintptr_t pm_free_key = 0x5bd1e9955bd1e995ull;
+
+void pm_free_key_init(void)
+{
+    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
+    uintptr_t k = pm_free_key;
+    if (r)
+        for (int i = 0; i < 8; i++) k = (k << 8 | k >> 56) ^ r[8 + i];
+    pm_free_key = k ? k : 1;
+}
+
+/* free() of p, already in thread cache list l: a double free. */
+PM_COLD static void check_not_listed(const pm_tlist_t *l, const void *p)
+{
+    for (const void *q = l->head; q; q = *(void *const *)q)
+        if (q == p) invalid_free(p);
 }
 
 static void *enomem(void)
@@ -60,6 +83,7 @@ static void *alloc_large(size_t size, size_t bytes, size_t align_pages, int zero
     if (!s) return enomem();
     s->cls = 0;
     s->requested = size;
+    s->usable_seen = 0;
     s->sample = NULL;
     pm_relaxed_add(&large_bytes, (uint64_t)n << PM_PAGE_SHIFT);
     pm_relaxed_add(&large_requested, size);
@@ -103,7 +127,9 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
     }
-    return p ? p : enomem();
+    if (!p) return enomem();
+    ((uintptr_t *)p)[1] = 0; /* not a free block now (pm_free_key) */
+    return p;
 }
 
 static pm_tcache_t *thread_cache(void)
@@ -154,18 +180,20 @@ void *pm_malloc(size_t size) { return pm_malloc_inline(size); }
 
 /* ---- free -------------------------------------------------------------- */
 
-/* The span holding p, validated; aborts when p is not a block we handed
- * out (as far as can be told cheaply). */
-static pm_span_t *owner(const void *p)
+/* The span holding p, validated; aborts with "<what>: invalid pointer"
+ * when p is not a block we handed out (as far as can be told cheaply). */
+static pm_span_t *owner_for(const void *p, const char *what)
 {
     uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
     if (!s || s->state != PM_SPAN_IN_USE || page < s->page || page >= s->page + s->npages)
-        invalid_free(p);
+        invalid_pointer(what, p);
     uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
-    if (s->cls ? offset % pm_class_size[s->cls] != 0 : offset != 0) invalid_free(p);
+    if (s->cls ? offset % pm_class_size[s->cls] != 0 : offset != 0) invalid_pointer(what, p);
     return s;
 }
+
+static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 void pm_free_slow(void *p)
 {
@@ -189,6 +217,8 @@ void pm_free_slow(void *p)
     }
     pm_tlist_t *l = &t->list[cls];
     if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice in a row */
+    if (PM_UNLIKELY(((uintptr_t *)p)[1] == pm_free_key)) check_not_listed(l, p);
+    ((uintptr_t *)p)[1] = pm_free_key;
     *(void **)p = l->head;
     l->head = p;
     l->len++;
@@ -218,7 +248,26 @@ static size_t span_usable(const pm_span_t *s)
 
 size_t pm_usable_size(const void *p)
 {
-    return p ? span_usable(owner(p)) : 0;
+    if (!p) return 0;
+    pm_span_t *s = owner_for(p, "malloc_usable_size(): invalid pointer");
+    if (s->cls == 0 && !s->usable_seen) s->usable_seen = 1;
+    return span_usable(s);
+}
+
+/* realloc cannot move large block s for want of address space: its pages
+ * past what was asked for (the reserve of an earlier growth) go back to
+ * the OS, unless malloc_usable_size said they were the program's.  1: the
+ * block shrank, a move may now fit.  Under RLIMIT_AS, a buffer grown by
+ * half at each step (doubled reserve: 259 MiB for 194) could not go to
+ * 291 MiB 520 MiB above the start, which glibc's mremap does. */
+static int shed_reserve(pm_span_t *s)
+{
+    size_t need = (s->requested + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT, before = s->npages;
+    if (s->cls != 0 || s->usable_seen || need == 0 || need >= before) return 0;
+    if (!pm_pageheap_shrink(s, need)) return 0;
+    atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - need) << PM_PAGE_SHIFT, memory_order_relaxed);
+    pm_pageheap_release_all(); /* the tail's address space, and any other */
+    return 1;
 }
 
 /* A large block that grew or shrank in place is, for the profiler, the
@@ -241,7 +290,7 @@ void *pm_realloc(void *p, size_t size)
         return NULL;
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
-    pm_span_t *s = owner(p);
+    pm_span_t *s = owner_for(p, "realloc(): invalid pointer");
     size_t old = span_usable(s);
     /* Keep the block when the new size fits and wastes at most half.  The
      * heap profile goes on showing the size the block was sampled at (its
@@ -312,6 +361,11 @@ void *pm_realloc(void *p, size_t size)
         if (!q) errno = saved; /* the exact size may still fit */
     }
     if (!q) q = pm_malloc_inline(size);
+    if (!q && size > old && shed_reserve(s)) {
+        errno = saved;
+        old = span_usable(s);
+        q = pm_malloc_inline(size);
+    }
     if (!q) {
         if (size > old) return NULL;
         errno = saved; /* a shrink that cannot move keeps its block */

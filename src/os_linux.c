@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +104,31 @@ size_t pm_os_page_size(void)
         atomic_store_explicit(&cached, page, memory_order_relaxed);
     }
     return page;
+}
+
+/* Bytes the process may still map under RLIMIT_AS (its soft limit less
+ * /proc/self/statm's size), or SIZE_MAX when there is no such limit or it
+ * cannot be read.  errno is left as it was. */
+size_t pm_os_as_room(void)
+{
+    int saved = errno;
+    size_t room = SIZE_MAX;
+    struct rlimit r;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+        char buf[64];
+        int fd = pm_os_open("/proc/self/statm", O_RDONLY | O_CLOEXEC, 0);
+        ssize_t n = fd >= 0 ? pm_os_read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0) pm_os_close(fd);
+        if (n > 0) {
+            size_t pages = 0;
+            for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+                pages = pages * 10 + (size_t)(buf[i] - '0');
+            size_t used = pages * pm_os_page_size();
+            room = used >= r.rlim_cur ? 0 : (size_t)r.rlim_cur - used;
+        }
+    }
+    errno = saved;
+    return room;
 }
 
 /* ---- environment ---------------------------------------------------- */

@@ -372,11 +372,12 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
  * (vm.overcommit_memory=2): every free run long enough to be unmapped goes
  * back, resident or released (a buffer realloc grew to 200 MiB and freed
  * left 162 MiB mapped, and a malloc(400 MiB) that glibc served failed);
- * shorter runs stay, as madvise gives no address space back.  At most once
- * per PM_DECAY_NS after one that did not help: a program that keeps asking
- * for more than could ever fit (a malloc(1 << 45) caught as an error) lost
- * its warm free memory on every try, 300 times the page faults; unless
- * the long free runs add up to the n pages asked for.
+ * shorter runs stay, as madvise gives no address space back.  None when it
+ * cannot help: a program that keeps asking for more than could ever fit (a
+ * malloc(1 << 45) caught as an error) lost its warm free memory on every
+ * try, 300 times the page faults.  Under RLIMIT_AS that is known (the room
+ * left plus the long runs is less than n); otherwise at most one give-back
+ * per PM_DECAY_NS after one that did not help (see below).
  * 1: some address space went, so growing may now succeed. */
 static int can_unmap(uintptr_t page, size_t npages);
 
@@ -394,13 +395,25 @@ static uint64_t long_free_pages_locked(void)
 static int give_back_address_space(size_t n)
 {
     uint64_t now = pm_os_monotonic_ns();
+    size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
-    /* The pause holds only for requests at least as large as one that
-     * failed, and that the long free runs could not hold by themselves: a
-     * program that freed its caches after an ENOMEM and retried a smaller
-     * request within the second got NULL where glibc succeeded. */
-    if (now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free_pages_locked() < n) {
+    uint64_t long_free = long_free_pages_locked();
+    int skip;
+    if (room >> PM_PAGE_SHIFT < n) {
+        /* RLIMIT_AS refused the growth: the long runs help exactly when
+         * they make up the difference (a review's malloc(400 MiB) right
+         * after a 200 MiB buffer was freed failed within the pause below) */
+        skip = (room >> PM_PAGE_SHIFT) + long_free < n;
+    } else {
+        /* Something else refused (map count, commit charge).  The pause
+         * holds only for requests at least as large as one that failed and
+         * that the long free runs could not hold by themselves: a program
+         * that freed its caches after an ENOMEM and retried a smaller
+         * request within the second got NULL where glibc succeeded. */
+        skip = now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free < n;
+    }
+    if (skip) {
         pm_unlock(&ph.lock);
         return 0;
     }

@@ -22,6 +22,7 @@ int pm_os_unmap(void *addr, size_t size);
  * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
+size_t pm_os_as_room(void);        /* RLIMIT_AS less the size mapped; SIZE_MAX: no limit */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
  * Returns NULL when unset.  pm_os_secure() is true in setuid/setgid

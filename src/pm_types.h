@@ -40,6 +40,8 @@ typedef struct pm_span {
     uint8_t trimming;         /* small: held by malloc_trim (off every list) */
     uint8_t unmapping;        /* RELEASING: may be unmapped, so its ends are
                                  out of the page map already (pageheap.c) */
+    uint8_t usable_seen;      /* large: malloc_usable_size was asked, so its
+                                 bytes past `requested` may hold data */
     uint32_t held_pin;        /* small, trimming: what it added to allocated */
     uint32_t held_carved;     /* small, trimming: carved before it was held */
     void *held;               /* small, trimming: its free objects, taken */

@@ -907,6 +907,9 @@ static void test_pageheap_unmap_races_growth(void **state)
     assert_int_equal(pthread_create(&t[1], NULL, unmap_race_grower, &r), 0);
     assert_int_equal(pthread_create(&t[2], NULL, unmap_race_grower, &r), 0);
     usleep(1500 * 1000);
+    /* on a loaded machine each sched_yield may cost a time slice: run on
+     * until enough spans were checked (at most 20 s more) */
+    for (int i = 0; i < 2000 && atomic_load(&r.grown) <= 10; i++) usleep(10 * 1000);
     atomic_store(&r.stop, 1);
     for (int i = 0; i < 3; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
     print_message("    %ld spans checked, %ld lost their page map entries\n", atomic_load(&r.grown),
