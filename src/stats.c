@@ -83,9 +83,10 @@ int pm_malloc_trim(size_t pad)
 
 int pm_mallopt(int param, int value)
 {
-    (void)value;
     switch (param) {
-    case M_MXFAST: case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD:
+    case M_MXFAST: /* glibc: 0 .. 80 * sizeof(size_t) / 4, else refused */
+        return value >= 0 && (size_t)value <= 80 * sizeof(size_t) / 4;
+    case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD:
     case M_MMAP_MAX: case M_CHECK_ACTION: case M_PERTURB: case M_ARENA_TEST:
     case M_ARENA_MAX:
         return 1; /* accepted; profmalloc's own policies do not need them */

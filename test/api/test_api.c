@@ -1477,6 +1477,10 @@ static void test_mallopt(void **state)
     assert_int_equal(mallopt(M_TRIM_THRESHOLD, 256 * 1024), 1);
     assert_int_equal(mallopt(M_TOP_PAD, 128 * 1024), 1);
     assert_int_equal(mallopt(M_MMAP_MAX, 65536), 1);
+    assert_int_equal(mallopt(M_MXFAST, 64), 1);
+    assert_int_equal(mallopt(M_MXFAST, 0), 1);
+    assert_int_equal(mallopt(M_MXFAST, (int)(80 * sizeof(size_t) / 4) + 1), 0); /* out of glibc's range */
+    assert_int_equal(mallopt(M_MXFAST, -1), 0);
     /* unknown parameters: 0.  (glibc 2.36 itself returns 1 here, so this is
      * checked for profmalloc only.) */
     if (pm_stats_fn) {
