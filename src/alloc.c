@@ -415,12 +415,8 @@ void *pm_memalign(size_t align, size_t size)
 int pm_posix_memalign(void **out, size_t align, size_t size)
 {
     if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
-    int saved = errno;
     void *p = pm_memalign(align, size);
-    if (!p) {
-        errno = saved;
-        return ENOMEM;
-    }
+    if (!p) return ENOMEM; /* errno ENOMEM too, as glibc's (POSIX leaves it open) */
     *out = p;
     return 0;
 }
