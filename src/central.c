@@ -11,12 +11,41 @@
  * 39 M -> 28 M instructions).  What the slots cannot hold goes back into
  * its span, found through the page map; a span whose objects have all come
  * back returns to the page heap.
- * Lock: one per class (pm_central[c].lock).  Must never call the page heap
+ * Lock: one per class (pm_central_of(c)->lock).  Must never call the page heap
  * (which may make syscalls) while holding it: new spans are fetched and
  * empty spans returned after the lock is dropped. */
 #include "pm_internal.h"
 
-pm_central_t pm_central[PM_CLASS_MAX];
+/* The classes' structs, in the order of their first use: a program uses
+ * a few of the ~100 classes, and by class index their 512-byte structs
+ * were spread over 11 of the array's 13 pages (churn, 16-256 B: 44 KB
+ * resident); packed, the used ones share 2-3 pages.  slot_of[cls] is 1 +
+ * the struct's index, 0 until the class is first used; assigned under
+ * assign_lock, which the fork handler takes before the structs. */
+static pm_central_t centrals[PM_CLASS_MAX];
+static _Atomic uint8_t slot_of[PM_CLASS_MAX];
+static unsigned nassigned;
+static pm_lock_t assign_lock = PM_LOCK_INIT;
+
+pm_central_t *pm_central_find(unsigned cls)
+{
+    unsigned slot = atomic_load_explicit(&slot_of[cls], memory_order_acquire);
+    return slot ? &centrals[slot - 1] : NULL;
+}
+
+pm_central_t *pm_central_of(unsigned cls)
+{
+    pm_central_t *c = pm_central_find(cls);
+    if (PM_LIKELY(c != NULL)) return c;
+    pm_lock(&assign_lock);
+    unsigned slot = atomic_load_explicit(&slot_of[cls], memory_order_relaxed);
+    if (!slot) {
+        slot = ++nassigned;
+        atomic_store_explicit(&slot_of[cls], (uint8_t)slot, memory_order_release);
+    }
+    pm_unlock(&assign_lock);
+    return &centrals[slot - 1];
+}
 
 /* What the slots of one class may hold, full batches and short chains
  * alike.  Parked objects are memory no other class can use.  A class of
@@ -80,7 +109,7 @@ static pm_span_t *new_span(unsigned cls)
 
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
 {
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     size_t size = pm_class_size[cls];
     void *chain = NULL;
     uint32_t k = 0;
@@ -204,7 +233,7 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
 
 void pm_central_put(unsigned cls, void *chain, uint32_t n)
 {
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     uint32_t batch = pm_class_batch[cls];
     void **last = NULL;
     if (n < batch) { /* found before locking: a short chain may join the newest slot */
@@ -238,7 +267,8 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
 void pm_central_drain(void)
 {
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
-        pm_central_t *c = &pm_central[cls];
+        pm_central_t *c = pm_central_find(cls);
+        if (!c) continue;
         pm_lock(&c->lock);
         while (c->nslots) {
             uint32_t top = --c->nslots, n = c->slot_n[top];
@@ -307,7 +337,8 @@ uint64_t pm_central_release_free(void)
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
         size_t size = pm_class_size[cls];
         if (size <= page) continue;
-        pm_central_t *c = &pm_central[cls];
+        pm_central_t *c = pm_central_find(cls);
+        if (!c) continue;
         pm_lock(&c->lock);
         if (!c->nonempty.next || c->trim_held) { /* never used, or another trim */
             pm_unlock(&c->lock);
@@ -352,17 +383,22 @@ uint64_t pm_central_release_free(void)
     return released;
 }
 
+/* The fork handler: assign_lock, then the structs in use, in their
+ * order (fixed: a struct's place never changes). */
 void pm_central_lock_all(void)
 {
-    for (unsigned cls = 1; cls < pm_class_count; cls++) pm_lock(&pm_central[cls].lock);
+    pm_lock(&assign_lock);
+    for (unsigned i = 0; i < nassigned; i++) pm_lock(&centrals[i].lock);
 }
 
 void pm_central_unlock_all(int child)
 {
-    for (unsigned cls = pm_class_count; cls-- > 1;) {
+    for (unsigned i = nassigned; i-- > 0;) {
         /* a trim the fork interrupted (its thread is not in the child) */
-        if (child) give_back_locked(&pm_central[cls], NULL);
-        if (child) pm_lock_reset(&pm_central[cls].lock);
-        else pm_unlock(&pm_central[cls].lock);
+        if (child) give_back_locked(&centrals[i], NULL);
+        if (child) pm_lock_reset(&centrals[i].lock);
+        else pm_unlock(&centrals[i].lock);
     }
+    if (child) pm_lock_reset(&assign_lock);
+    else pm_unlock(&assign_lock);
 }

@@ -129,7 +129,8 @@ void pm_pageheap_lock_all(void);
 void pm_pageheap_unlock_all(int child);
 
 /* ---- central.c: per-class free lists, batches, one lock per class ---- */
-extern pm_central_t pm_central[PM_CLASS_MAX];
+pm_central_t *pm_central_of(unsigned cls);   /* the class's struct, set up at its first use */
+pm_central_t *pm_central_find(unsigned cls); /* NULL while the class is unused */
 /* Returns a chain of up to n (>= 1) objects linked through their first
  * word and sets *got, or returns NULL when memory is exhausted. */
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);

@@ -24,17 +24,19 @@ static void collect(profmalloc_stats_t *out, uint64_t free_objs[PM_CLASS_MAX])
     pm_tcache_class_counts(cached, &threads);
     uint64_t small_out = 0, central_free = 0, span_bytes = 0, contention = ph.contention;
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
-        pm_central_t *c = &pm_central[cls];
-        uint64_t size = pm_class_size[cls];
-        pm_lock(&c->lock);
-        uint64_t central = c->parked + c->span_free;
-        small_out += c->out * size;
-        central_free += central * size;
-        span_bytes += c->spans * ((uint64_t)pm_class_pages[cls] << PM_PAGE_SHIFT);
-        pm_unlock(&c->lock);
+        pm_central_t *c = pm_central_find(cls);
+        uint64_t size = pm_class_size[cls], central = 0;
+        if (c) {
+            pm_lock(&c->lock);
+            central = c->parked + c->span_free;
+            small_out += c->out * size;
+            central_free += central * size;
+            span_bytes += c->spans * ((uint64_t)pm_class_pages[cls] << PM_PAGE_SHIFT);
+            pm_unlock(&c->lock);
+            contention += pm_relaxed_load(&c->lock.contended);
+        }
         tcache += cached[cls] * size;
         if (free_objs) free_objs[cls] = cached[cls] + central;
-        contention += pm_relaxed_load(&c->lock.contended);
     }
     uint64_t large, large_req, large_n;
     pm_alloc_large_stats(&large, &large_req, &large_n);

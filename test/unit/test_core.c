@@ -1081,7 +1081,7 @@ static void check_span_invariant(const pm_span_t *s)
  * is the sum of the slots' counts, each 1..batch. */
 static void check_central_invariant(unsigned cls, void **objs, size_t n)
 {
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     pm_span_t *seen[256];
     size_t nseen = 0;
     uint64_t allocated = 0;
@@ -1109,7 +1109,7 @@ static void test_central_get_put(void **state)
 {
     (void)state;
     unsigned cls = class_of_size(208);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     uint32_t cap = pm_class_pages[cls] * PAGE / 208;
     /* untouched class: not set up yet (set up at first use) or empty */
     assert_true(c->nonempty.next == NULL || c->nonempty.next == &c->nonempty);
@@ -1199,7 +1199,7 @@ static void test_central_transfer_slots(void **state)
 {
     (void)state;
     unsigned cls = class_of_size(896);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     uint32_t batch = pm_class_batch[cls];
     assert_int_equal(c->nslots, 0);
     assert_int_equal(c->out, 0);
@@ -1302,7 +1302,7 @@ static void test_central_short_get(void **state)
 {
     (void)state;
     unsigned cls = class_of_size(1536);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     uint32_t cap = pm_class_pages[cls] * PAGE / pm_class_size[cls], got;
     assert_int_equal(c->out, 0);
     assert_int_equal(c->spans, 0);
@@ -1342,7 +1342,7 @@ static void test_central_partial_slots(void **state)
 {
     (void)state;
     unsigned cls = class_of_size(176);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     uint32_t batch = pm_class_batch[cls], got;
     assert_int_equal(c->nslots, 0);
     assert_int_equal(c->out, 0);
@@ -1408,7 +1408,7 @@ static void test_central_partial_slots(void **state)
      * nor a full batch parks (each span goes straight back to the page
      * heap) */
     unsigned big = class_of_size(96 * 1024);
-    pm_central_t *cb = &pm_central[big];
+    pm_central_t *cb = pm_central_of(big);
     assert_true(pm_class_size[big] > 64 * 1024);
     void *one = pm_central_get(big, 1, &got);
     assert_int_equal(got, 1);
@@ -1449,7 +1449,7 @@ static void test_central_release_free(void **state)
         return;
     }
     uint32_t per_span = (uint32_t)(pm_class_pages[cls] * PAGE / size);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     pm_central_drain();
     uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
     enum { N = 32 };
@@ -1561,7 +1561,7 @@ static void test_central_release_free_race(void **state)
 {
     (void)state;
     unsigned cls = class_of_size(9216);
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     pm_central_drain();
     uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
     trim_race_t r = {.rounds = 400};
@@ -1603,7 +1603,7 @@ static void *trim_fork_trimmer(void *arg)
 /* In the child: free objects on the nonempty spans == the class's count. */
 static int trim_fork_child(unsigned cls)
 {
-    pm_central_t *c = &pm_central[cls];
+    pm_central_t *c = pm_central_of(cls);
     if (c->trim_held) return 2;
     uint64_t on_lists = 0;
     for (pm_span_t *s = c->nonempty.next; s != &c->nonempty; s = s->next) {
@@ -1665,7 +1665,7 @@ static void test_central_park_cap(void **state)
 {
     (void)state;
     unsigned small = class_of_size(1024), large = class_of_size(1152);
-    pm_central_t *cs = &pm_central[small], *cl = &pm_central[large];
+    pm_central_t *cs = pm_central_of(small), *cl = pm_central_of(large);
     uint32_t bs = pm_class_batch[small], bl = pm_class_batch[large];
     size_t sl = pm_class_size[large];
     assert_int_equal(cs->out, 0);
@@ -2014,7 +2014,7 @@ static void late_destructor(void *arg)
     /* the thread's flushed 128-byte list waits in the transfer slots; a
      * dead thread's malloc takes one object from there, its free puts one
      * back */
-    pm_central_t *c128 = &pm_central[pm_sizeclass_of(128)];
+    pm_central_t *c128 = pm_central_of(pm_sizeclass_of(128));
     dead.parked_before = c128->parked;
     void *r = pm_malloc(128);
     dead.parked_after_get = c128->parked;
