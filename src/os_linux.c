@@ -63,6 +63,22 @@ int pm_os_unmap(void *addr, size_t size)
     return rc == 0 ? 0 : -1;
 }
 
+void *pm_os_reserve(size_t size)
+{
+    int saved = errno;
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    errno = saved;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
+{
+    int saved = errno;
+    void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    errno = saved;
+    return p == to ? 0 : -1;
+}
+
 /* Set once madvise has reported success and kept a page (a seccomp filter
  * answering 0, some emulators): from then on nothing counts as released,
  * so calloc zeroes what it hands out. */

@@ -599,6 +599,56 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     return ok;
 }
 
+/* Moves in-use span s to n > s->npages pages at a new address: the pages
+ * go with mremap onto an aligned place reserved first (its page map
+ * leaves made before), so its contents move with the page tables,
+ * nothing is copied and nothing faulted in again, and the old addresses
+ * leave the heap (as an unmapped run does: their page map ends go first,
+ * under the lock).  What realloc does for a big block that cannot grow in
+ * place, as glibc moves its mmapped chunks.  Returns 1 when s has its n
+ * pages at the new place, 0 when s is unchanged (no room, or a range the
+ * kernel will not move in one piece: it spans mappings). */
+int pm_pageheap_move(pm_span_t *s, size_t n)
+{
+    size_t os_page = pm_os_page_size();
+    if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 ||
+        (((s->page | s->npages | n) << PM_PAGE_SHIFT) & (os_page - 1)))
+        return 0;
+    size_t old_n = s->npages, bytes = n << PM_PAGE_SHIFT;
+    size_t slack = PM_PAGE_SIZE > os_page ? PM_PAGE_SIZE - os_page : 0;
+    char *r = pm_os_reserve(bytes + slack);
+    if (!r) return 0;
+    uintptr_t to = ((uintptr_t)r + PM_PAGE_SIZE - 1) & ~(uintptr_t)(PM_PAGE_SIZE - 1);
+    uintptr_t page = to >> PM_PAGE_SHIFT, old_page = s->page;
+    if (pm_pagemap_ensure(page, n) != 0) {
+        pm_os_unmap(r, bytes + slack);
+        return 0;
+    }
+    pm_lock(&ph.lock);
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
+    pm_pagemap_set_span(old_page, NULL);
+    pm_pagemap_set_span(old_page + old_n - 1, NULL);
+    pm_unlock(&ph.lock);
+    if (pm_os_remap(addr_of(old_page), old_n << PM_PAGE_SHIFT, bytes, (void *)to) != 0) {
+        pm_os_unmap(r, bytes + slack);
+        pm_lock(&ph.lock);
+        mark_ends(s);
+        pm_unlock(&ph.lock);
+        return 0;
+    }
+    uintptr_t end = (uintptr_t)r + bytes + slack;
+    if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
+    if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
+    pm_lock(&ph.lock);
+    s->page = page;
+    s->npages = n;
+    s->zeroed = 0;
+    mark_ends(s);
+    ph.mapped_pages += n - old_n;
+    pm_unlock(&ph.lock);
+    return 1;
+}
+
 /* ---- free and release ------------------------------------------------- */
 
 /* A span whose pages are being released (outside the lock) stays on

@@ -15,6 +15,14 @@ void *pm_os_map(size_t size, size_t align);
 /* Returns 0, or -1 when the range stays mapped (splitting a mapping past
  * vm.max_map_count).  The length is rounded up to the kernel's page. */
 int pm_os_unmap(void *addr, size_t size);
+/* Address space only (PROT_NONE, no commit charge), for pm_os_remap to
+ * move a mapping onto; NULL on failure. */
+void *pm_os_reserve(size_t size);
+/* Moves the pages [old, old + old_size) to `to` (page-aligned, inside a
+ * reservation), growing them to new_size (mremap MREMAP_FIXED): contents
+ * move with the page tables, nothing is copied, and what was at `to` is
+ * replaced.  0, or -1 with the old range untouched. */
+int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to);
 /* Gives the kernel pages wholly inside [addr, addr + size) back to the OS;
  * they read as zero when next touched.  Returns 0 when that was the whole
  * range, else -1: the kernel refused (pages locked by mlock/mlockall), or

@@ -945,6 +945,40 @@ static void test_realloc_moves_when_reserve_too_big(void **state)
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("with malloc_usable_size: child status %#x: %s", st, out);
 }
 
+/* A big block that cannot grow in place moves with its pages (mremap, as
+ * glibc moves its mmapped chunks: 40 MiB is above its largest mmap
+ * threshold): nothing is copied and no page is faulted in again.  The
+ * copy faulted in every page the old block had filled (10 240 here), and
+ * each step of a growing buffer did so again (bench/grow: 72.6 k faults,
+ * now 40 k; glibc 48.9 k). */
+static void test_realloc_big_moves_pages(void **state)
+{
+    (void)state;
+    const size_t n = 40 * MiB;
+    for (int round = 0; round < 3; round++) {
+        unsigned char *p = malloc(n);
+        assert_non_null(p);
+        for (size_t i = 0; i < n; i += 4096) p[i] = (unsigned char)(i >> 12);
+        p[n - 1] = 0xee;
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        size_t want = 2 * n + (size_t)round * 12345; /* up to, and past, a doubling */
+        unsigned char *q = realloc(p, want);
+        getrusage(RUSAGE_SELF, &r1);
+        assert_non_null(q);
+        assert_aligned(q, 16);
+        assert_true(malloc_usable_size(q) >= want);
+        long faults = r1.ru_minflt - r0.ru_minflt;
+        for (size_t i = 0; i < n; i += 4096)
+            if (q[i] != (unsigned char)(i >> 12)) fail_msg("byte %zu changed in the move", i);
+        assert_int_equal(q[n - 1], 0xee);
+        memset(q + n, 1, want - n); /* the new part is the program's */
+        free(q);
+        if (faults > (long)(n / 4096) / 10)
+            fail_msg("realloc of a %zu MiB block to %zu MiB faulted in %ld pages", n >> 20, (2 * n) >> 20, faults);
+    }
+}
+
 static void test_hopeless_malloc_keeps_free_memory(void **state)
 {
     (void)state;
@@ -1828,6 +1862,7 @@ int main(void)
         cmocka_unit_test(test_hopeless_malloc_keeps_free_memory),
         cmocka_unit_test(test_retry_after_enomem),
         cmocka_unit_test(test_realloc_moves_when_reserve_too_big),
+        cmocka_unit_test(test_realloc_big_moves_pages),
         cmocka_unit_test(test_address_space_stays_bounded),
         cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_random_aligned_address_space),
