@@ -79,6 +79,14 @@ int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
     return p == to ? 0 : -1;
 }
 
+void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size)
+{
+    int saved = errno;
+    void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+    errno = saved;
+    return p == MAP_FAILED ? NULL : p;
+}
+
 /* Set once madvise has reported success and kept a page (a seccomp filter
  * answering 0, some emulators): from then on nothing counts as released,
  * so calloc zeroes what it hands out. */

@@ -26,6 +26,8 @@
  * so a locked heap costs one failed madvise a second, not one per free. */
 #include "pm_internal.h"
 
+#include <string.h>
+
 #define LISTS 128            /* exact lists for 1..128 pages; [0] for longer */
 #define GROW_PAGES 256       /* map at least 2 MiB at a time */
 #define SPARE_WANT 6
@@ -599,37 +601,94 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     return ok;
 }
 
+/* s's old addresses leave the page map before they are moved away: from
+ * then on they may go to any mmap (see pick).  Undone by mark_ends. */
+static void unmark_ends(pm_span_t *s)
+{
+    pm_lock(&ph.lock);
+    PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
+    pm_pagemap_set_span(s->page, NULL);
+    pm_pagemap_set_span(s->page + s->npages - 1, NULL);
+    pm_unlock(&ph.lock);
+}
+
+static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
+{
+    pm_lock(&ph.lock);
+    ph.mapped_pages += n - s->npages;
+    s->page = page;
+    s->npages = n;
+    s->zeroed = 0;
+    mark_ends(s);
+    pm_unlock(&ph.lock);
+}
+
+/* No place could be reserved (the address space is short: RLIMIT_AS):
+ * the kernel chooses where the pages go, so only the growth needs room,
+ * as with glibc's mremap.  The page-map leaves the new place may need
+ * (two at most: each covers 2 GiB) are mapped first, so the block never
+ * lands where the page map cannot describe it; and one 8 KiB page more is
+ * moved, so that a place the kernel aligned to 4 KiB only still holds n
+ * of our pages once the contents are shifted by 4 KiB (a copy, in that
+ * case only). */
+static int move_anywhere(pm_span_t *s, size_t n)
+{
+    size_t os_page = pm_os_page_size();
+    if (n >= ((size_t)1 << PM_LEAF_BITS) || os_page > PM_PAGE_SIZE) return 0;
+    pm_leaf_t *spares[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        if (!(spares[i] = pm_os_map(sizeof(pm_leaf_t), 0))) goto out;
+    size_t old_bytes = s->npages << PM_PAGE_SHIFT, bytes = (n + 1) << PM_PAGE_SHIFT;
+    unmark_ends(s);
+    char *q = pm_os_remap_anywhere(addr_of(s->page), old_bytes, bytes);
+    if (!q) {
+        pm_lock(&ph.lock);
+        mark_ends(s);
+        pm_unlock(&ph.lock);
+        goto out;
+    }
+    size_t shift = (PM_PAGE_SIZE - ((uintptr_t)q & (PM_PAGE_SIZE - 1))) & (PM_PAGE_SIZE - 1);
+    if (shift) {
+        memmove(q + shift, q, old_bytes);
+        pm_os_unmap(q, shift);
+    }
+    char *start = q + shift, *end = start + (n << PM_PAGE_SHIFT);
+    pm_os_unmap(end, (size_t)(q + bytes - end));
+    uintptr_t page = (uintptr_t)start >> PM_PAGE_SHIFT;
+    PM_CHECK(pm_pagemap_ensure_from(page, n, spares, 2) == 0, "page heap: page map leaves short for a move");
+    moved_to(s, page, n);
+out:
+    for (int i = 0; i < 2; i++)
+        if (spares[i]) pm_os_unmap(spares[i], sizeof(pm_leaf_t));
+    return s->npages == n;
+}
+
 /* Moves in-use span s to n > s->npages pages at a new address: the pages
  * go with mremap onto an aligned place reserved first (its page map
  * leaves made before), so its contents move with the page tables,
  * nothing is copied and nothing faulted in again, and the old addresses
- * leave the heap (as an unmapped run does: their page map ends go first,
- * under the lock).  What realloc does for a big block that cannot grow in
- * place, as glibc moves its mmapped chunks.  Returns 1 when s has its n
- * pages at the new place, 0 when s is unchanged (no room, or a range the
- * kernel will not move in one piece: it spans mappings). */
+ * leave the heap (as an unmapped run does).  What realloc does for a big
+ * block that cannot grow in place, as glibc moves its mmapped chunks.
+ * Returns 1 when s has its n pages at the new place, 0 when s is
+ * unchanged (no room, or a range the kernel will not move in one piece:
+ * it spans mappings). */
 int pm_pageheap_move(pm_span_t *s, size_t n)
 {
     size_t os_page = pm_os_page_size();
     if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 ||
         (((s->page | s->npages | n) << PM_PAGE_SHIFT) & (os_page - 1)))
         return 0;
-    size_t old_n = s->npages, bytes = n << PM_PAGE_SHIFT;
+    size_t bytes = n << PM_PAGE_SHIFT;
     size_t slack = PM_PAGE_SIZE > os_page ? PM_PAGE_SIZE - os_page : 0;
     char *r = pm_os_reserve(bytes + slack);
-    if (!r) return 0;
+    if (!r) return move_anywhere(s, n);
     uintptr_t to = ((uintptr_t)r + PM_PAGE_SIZE - 1) & ~(uintptr_t)(PM_PAGE_SIZE - 1);
-    uintptr_t page = to >> PM_PAGE_SHIFT, old_page = s->page;
-    if (pm_pagemap_ensure(page, n) != 0) {
+    if (pm_pagemap_ensure(to >> PM_PAGE_SHIFT, n) != 0) {
         pm_os_unmap(r, bytes + slack);
         return 0;
     }
-    pm_lock(&ph.lock);
-    PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
-    pm_pagemap_set_span(old_page, NULL);
-    pm_pagemap_set_span(old_page + old_n - 1, NULL);
-    pm_unlock(&ph.lock);
-    if (pm_os_remap(addr_of(old_page), old_n << PM_PAGE_SHIFT, bytes, (void *)to) != 0) {
+    unmark_ends(s);
+    if (pm_os_remap(addr_of(s->page), s->npages << PM_PAGE_SHIFT, bytes, (void *)to) != 0) {
         pm_os_unmap(r, bytes + slack);
         pm_lock(&ph.lock);
         mark_ends(s);
@@ -639,13 +698,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n)
     uintptr_t end = (uintptr_t)r + bytes + slack;
     if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
     if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
-    pm_lock(&ph.lock);
-    s->page = page;
-    s->npages = n;
-    s->zeroed = 0;
-    mark_ends(s);
-    ph.mapped_pages += n - old_n;
-    pm_unlock(&ph.lock);
+    moved_to(s, to >> PM_PAGE_SHIFT, n);
     return 1;
 }
 

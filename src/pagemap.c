@@ -28,6 +28,23 @@ int pm_pagemap_ensure(uintptr_t page, size_t n)
     return 0;
 }
 
+int pm_pagemap_ensure_from(uintptr_t page, size_t n, pm_leaf_t **spares, size_t nspares)
+{
+    for (uintptr_t key = page >> PM_LEAF_BITS; key <= (page + n - 1) >> PM_LEAF_BITS; key++) {
+        if (key >> PM_ROOT_BITS) return -1;
+        if (atomic_load_explicit(&pm_pagemap_root[key], memory_order_acquire)) continue;
+        size_t i = 0;
+        while (i < nspares && !spares[i]) i++;
+        if (i == nspares) return -1;
+        pm_leaf_t *expected = NULL;
+        if (atomic_compare_exchange_strong(&pm_pagemap_root[key], &expected, spares[i])) {
+            pm_relaxed_add(&leaf_bytes, sizeof(pm_leaf_t));
+            spares[i] = NULL;
+        }
+    }
+    return 0;
+}
+
 void pm_pagemap_set_span(uintptr_t page, pm_span_t *s)
 {
     pm_pagemap_leaf(page)->span[page & LEAF_MASK] = s;

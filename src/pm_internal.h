@@ -91,6 +91,9 @@ extern pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
 
 /* Leaves for pages [page, page+n) exist afterwards, or it returns -1. */
 int pm_pagemap_ensure(uintptr_t page, size_t n);
+/* The same with leaves mapped beforehand: spares[i] is set to NULL when
+ * taken.  -1 only when more leaves are missing than spares were given. */
+int pm_pagemap_ensure_from(uintptr_t page, size_t n, pm_leaf_t **spares, size_t nspares);
 void pm_pagemap_set_span(uintptr_t page, pm_span_t *s);
 void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls);
 void pm_pagemap_mark_sampled(uintptr_t page, int on);

@@ -23,6 +23,10 @@ void *pm_os_reserve(size_t size);
  * move with the page tables, nothing is copied, and what was at `to` is
  * replaced.  0, or -1 with the old range untouched. */
 int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to);
+/* The same where the kernel chooses (only the growth needs new address
+ * space): the new address (page-aligned), or NULL with the old range
+ * untouched. */
+void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
 /* Gives the kernel pages wholly inside [addr, addr + size) back to the OS;
  * they read as zero when next touched.  Returns 0 when that was the whole
  * range, else -1: the kernel refused (pages locked by mlock/mlockall), or

@@ -863,9 +863,9 @@ static void test_random_aligned_address_space(void **state)
 /* After an ENOMEM, a program frees what it holds and retries a smaller
  * request at once, as glibc lets it: the pause on giving address space
  * back after a failed try (hopeless_child) must not refuse it.  Under a
- * limit 256 MiB above the start: malloc(300 MiB) fails, and so does a
- * realloc from 100 to 250 MiB (but not glibc's), blocks of 100 kB fill the
- * rest, all are freed, malloc(200 MiB). */
+ * limit 256 MiB above the start: malloc(300 MiB) fails, a realloc from
+ * 100 to 250 MiB may succeed (mremap), blocks of 100 kB fill the rest,
+ * all are freed, malloc(200 MiB). */
 static void retry_child(void *arg)
 {
     (void)arg;
@@ -875,7 +875,7 @@ static void retry_child(void *arg)
     char *q = malloc(100 * MiB);
     if (!q) _exit(2);
     memset(q, 'q', 100 * MiB);
-    char *r = realloc(q, 250 * MiB); /* glibc's mremap can, profmalloc cannot */
+    char *r = realloc(q, 250 * MiB); /* mremap, where the limit leaves room */
     if (r) q = r;
     q = realloc(q, 10 * MiB);
     if (!q || q[10 * MiB - 1] != 'q') _exit(4);
@@ -977,6 +977,47 @@ static void test_realloc_big_moves_pages(void **state)
         if (faults > (long)(n / 4096) / 10)
             fail_msg("realloc of a %zu MiB block to %zu MiB faulted in %ld pages", n >> 20, (2 * n) >> 20, faults);
     }
+}
+
+/* Under an address-space limit that holds the new size but not the old
+ * and the new together, a big block still grows, as glibc's mremap lets
+ * it: the kernel chooses the place (only the growth needs room).  The
+ * layout makes the highest gap that fits end 4 KiB past an 8 KiB
+ * boundary, so the kernel's place is not aligned to our pages and the
+ * contents are shifted by 4 KiB (where it places top-down, as Linux
+ * does; elsewhere the test still checks the growth). */
+static void grow_at_limit_child(void *arg)
+{
+    (void)arg;
+    malloc_trim(0);
+    unsigned char *b = malloc(100 * MiB);
+    if (!b) _exit(1);
+    for (size_t i = 0; i < 100 * MiB; i += 4096) b[i] = (unsigned char)(i >> 12);
+    b[100 * MiB - 1] = 0x77;
+    char *r = mmap(NULL, 800 * MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) _exit(2);
+    uintptr_t end = (uintptr_t)r + 500 * MiB;
+    if (end % 8192 != 4096) end += 4096;
+    munmap((void *)(end - 300 * MiB), 300 * MiB);           /* room for the block, ending 4 KiB-odd */
+    munmap(r + 700 * MiB, 5 * MiB + 512 * KiB);               /* above it, room for small mappings */
+    limit_vm(150 * MiB);
+    unsigned char *q = realloc(b, 200 * MiB);
+    if (!q) {
+        fprintf(stderr, "realloc 100 -> 200 MiB failed under a limit 150 MiB above\n");
+        _exit(3);
+    }
+    if ((uintptr_t)q % 16 || malloc_usable_size(q) < 200 * MiB) _exit(4);
+    for (size_t i = 0; i < 100 * MiB; i += 4096)
+        if (q[i] != (unsigned char)(i >> 12)) _exit(5);
+    if (q[100 * MiB - 1] != 0x77) _exit(6);
+    memset(q + 100 * MiB, 1, 100 * MiB);
+    free(q);
+}
+
+static void test_realloc_grows_at_address_limit(void **state)
+{
+    (void)state;
+    expect_child_ok(grow_at_limit_child);
 }
 
 static void test_hopeless_malloc_keeps_free_memory(void **state)
@@ -1863,6 +1904,7 @@ int main(void)
         cmocka_unit_test(test_retry_after_enomem),
         cmocka_unit_test(test_realloc_moves_when_reserve_too_big),
         cmocka_unit_test(test_realloc_big_moves_pages),
+        cmocka_unit_test(test_realloc_grows_at_address_limit),
         cmocka_unit_test(test_address_space_stays_bounded),
         cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_random_aligned_address_space),
