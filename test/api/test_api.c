@@ -860,6 +860,38 @@ static void test_random_aligned_address_space(void **state)
                  SLOTS, grown_max >> 20, live_max >> 20);
 }
 
+static int map_count(void) /* lines of /proc/self/maps */
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n = 0, c;
+    if (!f) return -1;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Blocks with an alignment larger than themselves, all live: mapped for
+ * them one after the other, each mapping must touch the one before so the
+ * kernel merges them.  Cut to the block (or 2 MiB), 4 MiB-aligned blocks
+ * of 16 KiB were a mapping each: a review's 66 000 of them reached
+ * vm.max_map_count, and the program's next pthread_create failed. */
+static void test_big_alignment_mappings_merge(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    static void *v[N];
+    int before = map_count();
+    for (int i = 0; i < N; i++) {
+        v[i] = aligned_alloc(4 * MiB, 16 * KiB);
+        assert_non_null(v[i]);
+        assert_int_equal((uintptr_t)v[i] % (4 * MiB), 0);
+        memset(v[i], 1, 16 * KiB);
+    }
+    int after = map_count();
+    for (int i = 0; i < N; i++) free(v[i]);
+    if (after > before + 100) fail_msg("%d blocks aligned on 4 MiB: %d mappings more", N, after - before);
+}
+
 /* After an ENOMEM, a program frees what it holds and retries a smaller
  * request at once, as glibc lets it: the pause on giving address space
  * back after a failed try (hopeless_child) must not refuse it.  Under a
@@ -1908,6 +1940,7 @@ int main(void)
         cmocka_unit_test(test_address_space_stays_bounded),
         cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_random_aligned_address_space),
+        cmocka_unit_test(test_big_alignment_mappings_merge),
         cmocka_unit_test(test_realloc_null_and_zero),
         cmocka_unit_test(test_realloc_preserves_contents),
         cmocka_unit_test(test_realloc_failure_keeps_block),
