@@ -365,7 +365,7 @@ void *pm_realloc(void *p, size_t size)
         size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
         int sampled = pm_prof_maybe_sampled(s, p);
         if (sampled) pm_free_sampled(s, p);
-        if (pm_pageheap_move(s, roomy) || (roomy > exact && pm_pageheap_move(s, exact))) {
+        if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
             pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
             s->requested = size;

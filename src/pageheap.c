@@ -637,7 +637,10 @@ static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
  * lands where the page map cannot describe it; and one 8 KiB page more is
  * moved, so that a place the kernel aligned to 4 KiB only still holds n
  * of our pages once the contents are shifted by 4 KiB (a copy, in that
- * case only). */
+ * case only).  The spares cost 5 MiB of address space beyond the growth
+ * (glibc needs the growth only), as the place is known only after the
+ * move and moving back to the old addresses could take a mapping another
+ * thread made meanwhile; the ones not used are unmapped at once. */
 static int move_anywhere(pm_span_t *s, size_t n)
 {
     size_t os_page = pm_os_page_size();
@@ -678,8 +681,13 @@ out:
  * block that cannot grow in place, as glibc moves its mmapped chunks.
  * Returns 1 when s has its n pages at the new place, 0 when s is
  * unchanged (no room, or a range the kernel will not move in one piece:
- * it spans mappings). */
-int pm_pageheap_move(pm_span_t *s, size_t n)
+ * it spans mappings).  Only when anywhere is set may the kernel choose
+ * the place (move_anywhere) where none can be reserved: for the exact
+ * size, not a reserve, which would take the address space that an
+ * allocation after it needs (a review: under a limit 260 MiB above,
+ * 100 -> 150 MiB took 200 MiB, then malloc(100 MiB) failed; glibc's
+ * mremap grows to the size asked). */
+int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
 {
     size_t os_page = pm_os_page_size();
     if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 ||
@@ -688,7 +696,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n)
     size_t bytes = n << PM_PAGE_SHIFT;
     size_t slack = PM_PAGE_SIZE > os_page ? PM_PAGE_SIZE - os_page : 0;
     char *r = pm_os_reserve(bytes + slack);
-    if (!r) return move_anywhere(s, n);
+    if (!r) return anywhere ? move_anywhere(s, n) : 0;
     uintptr_t to = ((uintptr_t)r + PM_PAGE_SIZE - 1) & ~(uintptr_t)(PM_PAGE_SIZE - 1);
     if (pm_pagemap_ensure(to >> PM_PAGE_SHIFT, n) != 0) {
         pm_os_unmap(r, bytes + slack);

@@ -120,7 +120,7 @@ void pm_pageheap_free(pm_span_t *s);
  * moved away from). */
 void pm_pageheap_free_released(pm_span_t *s);
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
-int pm_pageheap_move(pm_span_t *s, size_t npages);   /* elsewhere, with mremap: 1 done, 0 unchanged */
+int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
 typedef struct pm_pageheap_stats {

@@ -1052,6 +1052,44 @@ static void test_realloc_grows_at_address_limit(void **state)
     expect_child_ok(grow_at_limit_child);
 }
 
+/* Under an address-space limit, a block grown with mremap takes the size
+ * asked, not a reserve on top: the room left is the program's.  Limit
+ * 160 MiB above a 100 MiB block: realloc to 150 MiB, then malloc(100 MiB)
+ * still fits (100 + 150 + 100 MiB of the limit's 360 with the old block
+ * gone; a doubled reserve would take 200 MiB and leave 60).  glibc passes;
+ * an earlier build failed the malloc. */
+static void grow_exact_at_limit_child(void *arg)
+{
+    (void)arg;
+    malloc_trim(0);
+    unsigned char *b = malloc(100 * MiB);
+    if (!b) _exit(1);
+    for (size_t i = 0; i < 100 * MiB; i += 4096) b[i] = (unsigned char)(i >> 12);
+    limit_vm(160 * MiB);
+    unsigned char *q = realloc(b, 150 * MiB);
+    if (!q) {
+        fprintf(stderr, "realloc 100 -> 150 MiB failed under a limit 160 MiB above\n");
+        _exit(2);
+    }
+    for (size_t i = 0; i < 100 * MiB; i += 4096)
+        if (q[i] != (unsigned char)(i >> 12)) _exit(3);
+    void *r = malloc(100 * MiB);
+    if (!r) {
+        fprintf(stderr, "malloc(100 MiB) failed after the realloc: usable size %zu MiB\n",
+                malloc_usable_size(q) / MiB);
+        _exit(4);
+    }
+    memset(r, 1, 100 * MiB);
+    free(r);
+    free(q);
+}
+
+static void test_realloc_at_limit_leaves_room(void **state)
+{
+    (void)state;
+    expect_child_ok(grow_exact_at_limit_child);
+}
+
 static void test_hopeless_malloc_keeps_free_memory(void **state)
 {
     (void)state;
@@ -1937,6 +1975,7 @@ int main(void)
         cmocka_unit_test(test_realloc_moves_when_reserve_too_big),
         cmocka_unit_test(test_realloc_big_moves_pages),
         cmocka_unit_test(test_realloc_grows_at_address_limit),
+        cmocka_unit_test(test_realloc_at_limit_leaves_room),
         cmocka_unit_test(test_address_space_stays_bounded),
         cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_random_aligned_address_space),

@@ -779,12 +779,12 @@ static void test_pageheap_move(void **state)
     uintptr_t old = s->page;
     for (size_t i = 0; i < N * PAGE; i += 4096) page_ptr(old)[i] = (uint8_t)(i >> 12);
     pm_pageheap_stats_t before = ph_stats();
-    assert_int_equal(pm_pageheap_move(s, (size_t)1 << 40), 0); /* no room for that */
+    assert_int_equal(pm_pageheap_move(s, (size_t)1 << 40, 1), 0); /* no room for that */
     assert_int_equal(s->page, old);
     assert_int_equal(s->npages, N);
     assert_ptr_equal(pm_pagemap_span(old), s);
     assert_ptr_equal(pm_pagemap_span(old + N - 1), s);
-    assert_int_equal(pm_pageheap_move(s, M), 1);
+    assert_int_equal(pm_pageheap_move(s, M, 1), 1);
     assert_int_equal(s->npages, M);
     assert_int_equal(s->state, PM_SPAN_IN_USE);
     assert_ptr_equal(pm_pagemap_span(s->page), s);
