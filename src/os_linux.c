@@ -79,6 +79,33 @@ int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
     return p == to ? 0 : -1;
 }
 
+/* Whether [addr, addr + size) lies in one mapping: the kernel refuses to
+ * move a range across two (EFAULT), and a kernel before about 6.15 unmaps
+ * the destination of a MREMAP_FIXED before it finds that out.  Asked of
+ * mremap growing the range in place by a page, which checks the range
+ * first: EFAULT across mappings; else it grows into a hole after it (the
+ * page, ours alone, is unmapped again) or refuses with ENOMEM. */
+int pm_os_one_mapping(void *addr, size_t size)
+{
+    int saved = errno;
+    size_t os_page = pm_os_page_size();
+    void *p = mremap(addr, size, size + os_page, 0);
+    int one = p != MAP_FAILED || errno != EFAULT;
+    if (p != MAP_FAILED) munmap((char *)addr + size, os_page);
+    errno = saved;
+    return one;
+}
+
+int pm_os_mapped(void *addr)
+{
+    int saved = errno;
+    unsigned char vec;
+    int rc = mincore(addr, 1, &vec);
+    int mapped = rc == 0 || errno != ENOMEM;
+    errno = saved;
+    return mapped;
+}
+
 void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size)
 {
     int saved = errno;

@@ -40,6 +40,11 @@
  * process.  Shorter runs are madvised and keep their addresses: every hole
  * splits a mapping, and vm.max_map_count bounds a process's mappings. */
 #define UNMAP_PAGES 128      /* 1 MiB */
+/* Holes that split the heap's address space stop here (see can_unmap):
+ * well under vm.max_map_count (65 530), which the program's own mappings
+ * and threads share. */
+#define PM_MAX_EXTENTS 4096
+static int neighbours(uintptr_t page, size_t npages);
 
 enum { KIND_FREE = 0, KIND_RETURNED = 1 };
 
@@ -61,7 +66,10 @@ static struct {
     uint64_t excess_scan_ns;     /* next look when released pages outnumber those in use */
     uint64_t give_back_ns;       /* no give-back for a failed growth before this, */
     uint64_t give_back_fail_pages; /* of this many pages or more */
-} ph = {.lock = PM_LOCK_INIT};
+    int64_t extents;             /* stretches of address space the heap holds, each
+                                  * one mapping or more (see can_unmap) */
+    int64_t max_extents;         /* holes split no more of them past this */
+} ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
 static inline void *addr_of(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
@@ -348,8 +356,14 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * or 2 MiB, 4 MiB-aligned blocks of 16 KiB were a mapping each (a
      * review: 65 531 mappings for 66 000 live blocks, and the program's
      * next pthread_create failed; glibc 24) */
-    pages = (pages + align - 1) / align * align;
-    void *mem = pm_os_map(pages << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
+    size_t whole = (pages + align - 1) / align * align;
+    void *mem = pm_os_map(whole << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
+    /* mapping that takes twice the alignment in address space for a
+     * moment (pm_os_map's slack): under RLIMIT_AS or strict overcommit,
+     * just the pages (a review: aligned_alloc(64 MiB, 1 MiB) failed under
+     * a limit 100 MiB above, where glibc and earlier builds succeed) */
+    if (mem) pages = whole;
+    else if (whole > pages) mem = pm_os_map(pages << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
     if (!mem) return -1;
     uintptr_t page = (uintptr_t)mem >> PM_PAGE_SHIFT;
     if (pm_pagemap_ensure(page, pages) != 0) {
@@ -371,6 +385,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     s->npages = pages;
     s->state = PM_SPAN_RETURNED;
     ph.mapped_pages += pages;
+    ph.extents += 1 - neighbours(page, pages);
     coalesce_insert_locked(s); /* s may now start before page */
     size_t k = 0;
     pm_span_t *picked[RELEASE_BATCH];
@@ -622,6 +637,7 @@ static void unmark_ends(pm_span_t *s)
 static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
 {
     pm_lock(&ph.lock);
+    ph.extents += neighbours(s->page, s->npages) - neighbours(page, n);
     ph.mapped_pages += n - s->npages;
     s->page = page;
     s->npages = n;
@@ -695,22 +711,40 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
         return 0;
     size_t bytes = n << PM_PAGE_SHIFT;
     size_t slack = PM_PAGE_SIZE > os_page ? PM_PAGE_SIZE - os_page : 0;
+    /* a range across two mappings (blocks cut from neighbouring ones, or
+     * next to a block moved before) is refused by the kernel: asked
+     * first, as a kernel before about 6.15 unmaps the destination before
+     * refusing, and our reservation's addresses could then go to another
+     * thread's mmap before we unmapped them (a review: 638 of 3 081
+     * moves were refused so) */
+    if (!pm_os_one_mapping(addr_of(s->page), s->npages << PM_PAGE_SHIFT)) return 0;
     char *r = pm_os_reserve(bytes + slack);
     if (!r) return anywhere ? move_anywhere(s, n) : 0;
     uintptr_t to = ((uintptr_t)r + PM_PAGE_SIZE - 1) & ~(uintptr_t)(PM_PAGE_SIZE - 1);
+    uintptr_t end = (uintptr_t)r + bytes + slack;
     if (pm_pagemap_ensure(to >> PM_PAGE_SHIFT, n) != 0) {
         pm_os_unmap(r, bytes + slack);
         return 0;
     }
     unmark_ends(s);
     if (pm_os_remap(addr_of(s->page), s->npages << PM_PAGE_SHIFT, bytes, (void *)to) != 0) {
-        pm_os_unmap(r, bytes + slack);
         pm_lock(&ph.lock);
         mark_ends(s);
         pm_unlock(&ph.lock);
-        return 0;
+        /* the kernel may have unmapped the destination before refusing
+         * (before about 6.15): then only the slack is still ours */
+        if (pm_os_mapped((void *)to)) {
+            pm_os_unmap(r, bytes + slack);
+        } else {
+            if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
+            if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
+        }
+        /* refused for the address space (6.18 counts the reservation
+         * against RLIMIT_AS): where only the growth fits, the kernel's
+         * place (a review: 6 -> 7.8 MiB under a limit 8.5 MiB above was
+         * copied, and the next growth failed; glibc grows both) */
+        return anywhere ? move_anywhere(s, n) : 0;
     }
-    uintptr_t end = (uintptr_t)r + bytes + slack;
     if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
     if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
     moved_to(s, to >> PM_PAGE_SHIFT, n);
@@ -751,6 +785,14 @@ static int ours(uintptr_t page, int before)
     return t && (before ? t->page + t->npages == page + 1 : t->page == page);
 }
 
+/* How many of the heap's runs touch [page, page + npages): its hole would
+ * join 1 - that many extents of address space into ph.extents (2 means a
+ * hole splits one, 0 that it was one of its own). */
+static int neighbours(uintptr_t page, size_t npages)
+{
+    return (page && ours(page - 1, 1)) + ours(page + npages, 0);
+}
+
 /* A run of whole kernel pages (with pages above 8 KiB munmap would round
  * it up and take a neighbour's bytes) that is UNMAP_PAGES or longer, or
  * that has no neighbour in the heap on either side: an island left
@@ -763,7 +805,16 @@ static int can_unmap(uintptr_t page, size_t npages)
 {
     uintptr_t mask = pm_os_page_size() - 1;
     if (((page | npages) << PM_PAGE_SHIFT) & mask) return 0;
-    return npages >= UNMAP_PAGES || (!(page && ours(page - 1, 1)) && !ours(page + npages, 0));
+    int before = page && ours(page - 1, 1), after = ours(page + npages, 0);
+    if (!before && !after) return 1;
+    if (npages < UNMAP_PAGES) return 0;
+    /* a hole between two runs of the heap splits a mapping: past
+     * max_extents such runs are only madvised, as glibc keeps the unused
+     * rest of its mapped chunks (a review: 66 000 blocks of 16 KiB on
+     * 4 MiB, each mapped with the rest of its 4 MiB, then 3 000 of them
+     * replaced: the rests were unmapped, every block became a mapping of
+     * its own, and pthread_create failed at vm.max_map_count) */
+    return !(before && after) || ph.extents < ph.max_extents;
 }
 
 /* Gives the pages of s (RELEASING, so no other thread touches it) to the
@@ -819,6 +870,7 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
     releasing_link_locked(s);
     s->unmapping = (uint8_t)can_unmap(s->page, s->npages);
     if (s->unmapping) {
+        ph.extents += neighbours(s->page, s->npages) - 1; /* taken back if it stays */
         pm_pagemap_set_span(s->page, NULL);
         pm_pagemap_set_span(s->page + s->npages - 1, NULL);
     }
@@ -866,6 +918,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
             continue;
         }
         picked[i]->state = fate[i] == OS_KEPT ? PM_SPAN_FREE : PM_SPAN_RETURNED;
+        if (picked[i]->unmapping) ph.extents -= neighbours(picked[i]->page, picked[i]->npages) - 1;
         picked[i]->unmapping = 0;
         coalesce_insert_locked(picked[i]); /* names it at its ends again */
     }
@@ -999,6 +1052,21 @@ void pm_pageheap_stats(pm_pageheap_stats_t *out)
     out->in_use = out->mapped - out->free - out->released - out->meta;
     out->contention = pm_relaxed_load(&ph.lock.contended);
     pm_unlock(&ph.lock);
+}
+
+void pm_pageheap_set_max_extents(int64_t n)
+{
+    pm_lock(&ph.lock);
+    ph.max_extents = n;
+    pm_unlock(&ph.lock);
+}
+
+int64_t pm_pageheap_extents(void)
+{
+    pm_lock(&ph.lock);
+    int64_t n = ph.extents;
+    pm_unlock(&ph.lock);
+    return n;
 }
 
 void pm_pageheap_lock_all(void) { pm_lock(&ph.lock); }

@@ -120,6 +120,10 @@ void pm_pageheap_free(pm_span_t *s);
  * moved away from). */
 void pm_pageheap_free_released(pm_span_t *s);
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
+/* Stretches of address space the heap holds, and the most that unmapping
+ * may split it into (tests lower it). */
+int64_t pm_pageheap_extents(void);
+void pm_pageheap_set_max_extents(int64_t n);
 int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);

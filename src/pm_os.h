@@ -23,6 +23,11 @@ void *pm_os_reserve(size_t size);
  * move with the page tables, nothing is copied, and what was at `to` is
  * replaced.  0, or -1 with the old range untouched. */
 int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to);
+/* 1 when [addr, addr + size) lies in one mapping (no call above moves a
+ * range that spans two), else 0. */
+int pm_os_one_mapping(void *addr, size_t size);
+/* 1 when the page holding addr is mapped (by anyone), 0 when it is a hole. */
+int pm_os_mapped(void *addr);
 /* The same where the kernel chooses (only the growth needs new address
  * space): the new address (page-aligned), or NULL with the old range
  * untouched. */

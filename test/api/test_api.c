@@ -1090,6 +1090,67 @@ static void test_realloc_at_limit_leaves_room(void **state)
     expect_child_ok(grow_exact_at_limit_child);
 }
 
+/* Where the kernel refuses the move onto a reserved place for the address
+ * space (a kernel that counts the reservation too), the block still moves
+ * where only the growth fits, not by a copy that keeps old and new mapped:
+ * 6 -> 7.8 MiB under a limit 8.5 MiB above takes under 4 MiB more (glibc
+ * 1.8 MiB; an earlier build copied, +7.8 MiB). */
+static void move_refused_child(void *arg)
+{
+    (void)arg;
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024); /* glibc: a chunk of its own, as at start-up */
+    malloc_trim(0);
+    char *a = malloc(6 * MiB);
+    if (!a) _exit(1);
+    memset(a, 7, 6 * MiB);
+    limit_vm(8 * MiB + 512 * KiB);
+    size_t before = vm_bytes();
+    char *b = realloc(a, 7 * MiB + 800 * KiB);
+    if (!b) {
+        fprintf(stderr, "realloc 6 -> 7.8 MiB failed\n");
+        _exit(2);
+    }
+    if (b[0] != 7 || b[6 * MiB - 1] != 7) _exit(3);
+    size_t grew = vm_bytes() - before;
+    if (grew >= 4 * MiB) {
+        fprintf(stderr, "realloc 6 -> 7.8 MiB took %zu KiB more address space\n", grew / KiB);
+        _exit(4);
+    }
+    free(b);
+}
+
+static void test_realloc_refused_move_still_moves(void **state)
+{
+    (void)state;
+    expect_child_ok(move_refused_child);
+}
+
+/* A big alignment under an address-space limit: the aligned growth maps
+ * the pages asked for when a whole multiple of the alignment (and the
+ * slack to align it) does not fit.  aligned_alloc(64 MiB, 1 MiB) with
+ * 100 MiB left (glibc and earlier builds succeed; one build mapped 128 MiB
+ * at once and failed). */
+static void big_align_limit_child(void *arg)
+{
+    (void)arg;
+    malloc_trim(0);
+    limit_vm(100 * MiB);
+    void *p = aligned_alloc(64 * MiB, MiB);
+    if (!p) {
+        fprintf(stderr, "aligned_alloc(64 MiB, 1 MiB) failed with 100 MiB left\n");
+        _exit(1);
+    }
+    if ((uintptr_t)p % (64 * MiB)) _exit(2);
+    memset(p, 1, MiB);
+    free(p);
+}
+
+static void test_big_alignment_at_limit(void **state)
+{
+    (void)state;
+    expect_child_ok(big_align_limit_child);
+}
+
 static void test_hopeless_malloc_keeps_free_memory(void **state)
 {
     (void)state;
@@ -1976,6 +2037,8 @@ int main(void)
         cmocka_unit_test(test_realloc_big_moves_pages),
         cmocka_unit_test(test_realloc_grows_at_address_limit),
         cmocka_unit_test(test_realloc_at_limit_leaves_room),
+        cmocka_unit_test(test_realloc_refused_move_still_moves),
+        cmocka_unit_test(test_big_alignment_at_limit),
         cmocka_unit_test(test_address_space_stays_bounded),
         cmocka_unit_test(test_aligned_loop_address_space),
         cmocka_unit_test(test_random_aligned_address_space),

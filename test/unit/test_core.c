@@ -676,6 +676,78 @@ static void test_pageheap_aligned_growth(void **state)
     pm_pageheap_release_all();
 }
 
+/* pm_os_one_mapping tells a range in one mapping from one across two (the
+ * kernel refuses to move those), and leaves the mappings as they were;
+ * pm_os_mapped tells a hole from a mapped page. */
+static void test_os_one_mapping(void **state)
+{
+    (void)state;
+    size_t pg = pm_os_page_size();
+    char *r = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(r != MAP_FAILED);
+    int after_mapped = pm_os_mapped(r + 4 * pg);
+    assert_int_equal(pm_os_one_mapping(r, 4 * pg), 1);
+    assert_int_equal(pm_os_mapped(r + 4 * pg), after_mapped); /* a page it grew into went again */
+    assert_int_equal(mprotect(r + pg, pg, PROT_READ), 0); /* three mappings now */
+    assert_int_equal(pm_os_one_mapping(r, 2 * pg), 0);
+    assert_int_equal(pm_os_one_mapping(r, pg), 1);
+    assert_int_equal(pm_os_one_mapping(r + 2 * pg, 2 * pg), 1);
+    assert_int_equal(pm_os_mapped(r + 4 * pg), after_mapped);
+    r[0] = 1;
+    r[3 * pg] = 1;
+    assert_int_equal(pm_os_mapped(r + pg), 1);
+    assert_int_equal(munmap(r, 4 * pg), 0);
+    assert_int_equal(pm_os_mapped(r + pg), 0);
+}
+
+static int maps_now(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Holes that split the heap's address space stop at a bound (past it,
+ * such runs are only madvised): 40 blocks of 2 pages on 4 MiB, each
+ * mapped with the rest of its 4 MiB, then every rest given back.  Unbound,
+ * each rest became a hole and each block a mapping of its own (a review:
+ * 66 000 of them, and pthread_create failed at vm.max_map_count).  The
+ * count the bound is kept by follows the holes made and closed. */
+static void test_pageheap_holes_bounded(void **state)
+{
+    (void)state;
+    enum { N = 40, ALIGN = 512, BOUND = 10 };
+    pm_pageheap_release_all();
+    int64_t e0 = pm_pageheap_extents();
+    assert_true(e0 >= 0);
+    pm_pageheap_set_max_extents(e0 + BOUND);
+    pm_span_t *v[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = pm_pageheap_alloc_aligned(2, ALIGN);
+        assert_non_null(v[i]);
+        assert_int_equal(v[i]->page % ALIGN, 0);
+        page_ptr(v[i]->page)[0] = 1;
+    }
+    int m0 = maps_now();
+    int64_t e1 = pm_pageheap_extents();
+    pm_pageheap_release_all(); /* the rests: long released runs */
+    int m1 = maps_now();
+    int64_t e2 = pm_pageheap_extents();
+    pm_pageheap_set_max_extents(4096);
+    for (int i = 0; i < N; i++) pm_pageheap_free(v[i]);
+    pm_pageheap_release_all();
+    int64_t e3 = pm_pageheap_extents();
+    if (e2 > e0 + BOUND || m1 > m0 + BOUND + 2)
+        fail_msg("bound %d: extents %lld -> %lld, mappings %d -> %d", BOUND, (long long)e1,
+                 (long long)e2, m0, m1);
+    assert_true(e2 >= e1); /* holes only split */
+    assert_true(m1 - m0 >= (int)(e2 - e1) - 2); /* counted holes are real ones */
+    assert_true(e3 <= e2); /* the blocks freed close their holes */
+}
+
 /* A free run left between two holes (both neighbours unmapped) goes back
  * with munmap whatever its length: it merges with nothing any more, and,
  * under 1 MiB, stayed mapped for good (a review: 1 250 of them, 646 MB). */
@@ -3022,7 +3094,9 @@ int main(void)
         cmocka_unit_test(test_pageheap_aligned_reuse),
         cmocka_unit_test(test_pageheap_aligned_growth),
         cmocka_unit_test(test_pageheap_move),
+        cmocka_unit_test(test_os_one_mapping),
         cmocka_unit_test(test_pageheap_unmaps_islands),
+        cmocka_unit_test(test_pageheap_holes_bounded),
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
