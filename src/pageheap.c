@@ -69,6 +69,7 @@ static struct {
     int64_t extents;             /* stretches of address space the heap holds, each
                                   * one mapping or more (see can_unmap) */
     int64_t max_extents;         /* holes split no more of them past this */
+    size_t long_max[2];          /* no run on lists[kind][0] is longer */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -96,6 +97,7 @@ static void list_insert(pm_span_t *s)
     if (*head) (*head)->prev = s;
     *head = s;
     ph.free_pages[kind_of(s)] += s->npages;
+    if (s->npages > ph.long_max[kind_of(s)]) ph.long_max[kind_of(s)] = s->npages;
     s->free_ns = ph.now;
     if (s->state == PM_SPAN_FREE) { /* newest end of the age list */
         s->older = ph.newest;
@@ -254,11 +256,21 @@ static pm_span_t *best_fit_locked(size_t n)
                 return s;
             }
         }
+        /* the long list, unless none of it is long enough: a bound kept
+         * on insert and made exact by every walk (a review: 66 000 live
+         * blocks on 4 MiB, each with a rest of 4 MiB less the block, and
+         * every new one walked all the rests for n + align - 1 pages that
+         * none had; 14.5 s where glibc took 1.4) */
+        if (n > ph.long_max[kind]) continue;
         pm_span_t *best = NULL;
-        for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next)
+        size_t longest = 0;
+        for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next) {
+            if (s->npages > longest) longest = s->npages;
             if (s->npages >= n && (!best || s->npages < best->npages ||
                                    (s->npages == best->npages && s->page < best->page)))
                 best = s;
+        }
+        ph.long_max[kind] = longest;
         if (best) return best;
     }
     return NULL;
@@ -331,8 +343,7 @@ static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
  * included: what a limit on the address space must leave room for. */
 static size_t grow_need(size_t n, size_t align)
 {
-    size_t pages = n > GROW_PAGES ? n : GROW_PAGES;
-    pages = (pages + align - 1) / align * align;
+    size_t pages = n > GROW_PAGES ? n : GROW_PAGES; /* (not rounded to align: see grow) */
     size_t leaf = (sizeof(pm_leaf_t) + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
     return pages + (align - 1) + 2 * leaf;
 }
