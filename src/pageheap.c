@@ -70,6 +70,8 @@ static struct {
                                   * one mapping or more (see can_unmap) */
     int64_t max_extents;         /* holes split no more of them past this */
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
+    int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
+                                  * may split past max_extents */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -154,6 +156,7 @@ static int spares_from_heap(void)
         spare_put_locked(s);
     }
     pm_pagemap_set_span(page, NULL);
+    ph.extents += neighbours(page, 1) - 1; /* a page of metadata: no longer the heap's */
     ph.meta_pages++;
     pm_unlock(&ph.lock);
     /* written outside the lock: a released page faults in here */
@@ -464,9 +467,14 @@ static int give_back_address_space(size_t n, size_t need)
     size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
+    /* short of address space, a mapping split is better than ENOMEM (a
+     * review: past the bound, a malloc(250 MiB) under RLIMIT_AS failed
+     * beside a free 200 MiB run that glibc gave back) */
+    int short_of_space = room >> PM_PAGE_SHIFT < need;
+    ph.short_of_space += short_of_space;
     uint64_t long_free = long_free_pages_locked();
     int skip;
-    if (room >> PM_PAGE_SHIFT < need) {
+    if (short_of_space) {
         /* RLIMIT_AS refused the growth: the long runs help exactly when
          * they make up the difference (a review's malloc(400 MiB) right
          * after a 200 MiB buffer was freed failed within the pause below) */
@@ -480,6 +488,7 @@ static int give_back_address_space(size_t n, size_t need)
         skip = now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free < n;
     }
     if (skip) {
+        ph.short_of_space -= short_of_space;
         pm_unlock(&ph.lock);
         return 0;
     }
@@ -492,6 +501,7 @@ static int give_back_address_space(size_t n, size_t need)
     }
     unmap_released();
     pm_lock(&ph.lock);
+    ph.short_of_space -= short_of_space;
     int went = ph.mapped_pages < before;
     pm_unlock(&ph.lock);
     return went;
@@ -642,13 +652,25 @@ static void unmark_ends(pm_span_t *s)
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
     pm_pagemap_set_span(s->page, NULL);
     pm_pagemap_set_span(s->page + s->npages - 1, NULL);
+    /* counted gone now, as a run picked for unmapping is: what other
+     * threads count meanwhile sees it gone (a review: counting it at
+     * moved_to drifted the count below zero with four threads moving) */
+    ph.extents += neighbours(s->page, s->npages) - 1;
+    pm_unlock(&ph.lock);
+}
+/* The move did not happen: s is back at its old addresses. */
+static void remark(pm_span_t *s)
+{
+    pm_lock(&ph.lock);
+    ph.extents += 1 - neighbours(s->page, s->npages);
+    mark_ends(s);
     pm_unlock(&ph.lock);
 }
 
 static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
 {
     pm_lock(&ph.lock);
-    ph.extents += neighbours(s->page, s->npages) - neighbours(page, n);
+    ph.extents += 1 - neighbours(page, n);
     ph.mapped_pages += n - s->npages;
     s->page = page;
     s->npages = n;
@@ -679,9 +701,7 @@ static int move_anywhere(pm_span_t *s, size_t n)
     unmark_ends(s);
     char *q = pm_os_remap_anywhere(addr_of(s->page), old_bytes, bytes);
     if (!q) {
-        pm_lock(&ph.lock);
-        mark_ends(s);
-        pm_unlock(&ph.lock);
+        remark(s);
         goto out;
     }
     size_t shift = (PM_PAGE_SIZE - ((uintptr_t)q & (PM_PAGE_SIZE - 1))) & (PM_PAGE_SIZE - 1);
@@ -739,9 +759,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
     }
     unmark_ends(s);
     if (pm_os_remap(addr_of(s->page), s->npages << PM_PAGE_SHIFT, bytes, (void *)to) != 0) {
-        pm_lock(&ph.lock);
-        mark_ends(s);
-        pm_unlock(&ph.lock);
+        remark(s);
         /* the kernel may have unmapped the destination before refusing
          * (before about 6.15): then only the slack is still ours */
         if (pm_os_mapped((void *)to)) {
@@ -825,7 +843,7 @@ static int can_unmap(uintptr_t page, size_t npages)
      * 4 MiB, each mapped with the rest of its 4 MiB, then 3 000 of them
      * replaced: the rests were unmapped, every block became a mapping of
      * its own, and pthread_create failed at vm.max_map_count) */
-    return !(before && after) || ph.extents < ph.max_extents;
+    return !(before && after) || ph.extents < ph.max_extents || ph.short_of_space;
 }
 
 /* Gives the pages of s (RELEASING, so no other thread touches it) to the
@@ -1089,6 +1107,7 @@ void pm_pageheap_unlock_all(int child)
         return;
     }
     pm_lock_reset(&ph.lock);
+    ph.short_of_space = 0; /* a give-back's thread is gone here */
     /* Spans another thread was releasing when the fork came: that thread
      * is gone here, so they go back as FREE (the release may have been
      * partial: FREE promises nothing about contents).  One long enough to
