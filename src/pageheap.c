@@ -346,7 +346,7 @@ static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
  * included: what a limit on the address space must leave room for. */
 static size_t grow_need(size_t n, size_t align)
 {
-    size_t pages = n > GROW_PAGES ? n : GROW_PAGES; /* (not rounded to align: see grow) */
+    size_t pages = n; /* at the least (see grow) */
     size_t leaf = (sizeof(pm_leaf_t) + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
     return pages + (align - 1) + 2 * leaf;
 }
@@ -378,6 +378,9 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * a limit 100 MiB above, where glibc and earlier builds succeed) */
     if (mem) pages = whole;
     else if (whole > pages) mem = pm_os_map(pages << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
+    /* and at last without the 2 MiB minimum (aligned_alloc(16 MiB, 16 KiB)
+     * with 17 MiB left: glibc maps about 16 MiB) */
+    if (!mem && pages > n && (mem = pm_os_map(n << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT))) pages = n;
     if (!mem) return -1;
     uintptr_t page = (uintptr_t)mem >> PM_PAGE_SHIFT;
     if (pm_pagemap_ensure(page, pages) != 0) {
