@@ -1125,42 +1125,37 @@ static void test_realloc_refused_move_still_moves(void **state)
     expect_child_ok(move_refused_child);
 }
 
-/* A big alignment under an address-space limit: the aligned growth maps
- * the pages asked for when a whole multiple of the alignment (and the
- * slack to align it) does not fit.  aligned_alloc(64 MiB, 1 MiB) with
- * 100 MiB left (glibc and earlier builds succeed; one build mapped 128 MiB
- * at once and failed). */
-static void big_align_limit_child(void *arg)
+/* An alignment under an address-space limit: the aligned growth maps the
+ * pages asked for (and the slack to align them) when a whole multiple of
+ * the alignment, or 2 MiB, does not fit.  aligned_alloc(64 MiB, 1 MiB)
+ * with 100 MiB left, and (16 MiB, 16 KiB) with 17 MiB left (glibc maps
+ * about 16 MiB): one build mapped 128 MiB at once and failed the first,
+ * the next one 18 MiB and failed the second. */
+static void aligned_at_limit(size_t headroom, size_t align, size_t size)
 {
-    (void)arg;
     malloc_trim(0);
-    limit_vm(100 * MiB);
-    void *p = aligned_alloc(64 * MiB, MiB);
+    limit_vm(headroom);
+    void *p = aligned_alloc(align, size);
     if (!p) {
-        fprintf(stderr, "aligned_alloc(64 MiB, 1 MiB) failed with 100 MiB left\n");
+        fprintf(stderr, "aligned_alloc(%zu KiB, %zu KiB) failed with %zu KiB left\n", align / KiB,
+                size / KiB, headroom / KiB);
         _exit(1);
     }
-    if ((uintptr_t)p % (64 * MiB)) _exit(2);
-    memset(p, 1, MiB);
+    if ((uintptr_t)p % align) _exit(2);
+    memset(p, 1, size);
     free(p);
 }
 
-/* The same for a small block: aligned_alloc(16 MiB, 16 KiB) with 17 MiB
- * left maps the block's pages and the slack to align them, not 2 MiB
- * (glibc maps about 16 MiB; an earlier build failed). */
+static void big_align_limit_child(void *arg)
+{
+    (void)arg;
+    aligned_at_limit(100 * MiB, 64 * MiB, MiB);
+}
+
 static void small_align_limit_child(void *arg)
 {
     (void)arg;
-    malloc_trim(0);
-    limit_vm(17 * MiB);
-    void *p = aligned_alloc(16 * MiB, 16 * KiB);
-    if (!p) {
-        fprintf(stderr, "aligned_alloc(16 MiB, 16 KiB) failed with 17 MiB left\n");
-        _exit(1);
-    }
-    if ((uintptr_t)p % (16 * MiB)) _exit(2);
-    memset(p, 1, 16 * KiB);
-    free(p);
+    aligned_at_limit(17 * MiB, 16 * MiB, 16 * KiB);
 }
 
 static void test_big_alignment_at_limit(void **state)
