@@ -661,6 +661,7 @@ static void unmark_ends(pm_span_t *s)
     ph.extents += neighbours(s->page, s->npages) - 1;
     pm_unlock(&ph.lock);
 }
+
 /* The move did not happen: s is back at its old addresses. */
 static void remark(pm_span_t *s)
 {
