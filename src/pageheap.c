@@ -44,7 +44,8 @@
  * well under vm.max_map_count (65 530), which the program's own mappings
  * and threads share. */
 #define PM_MAX_EXTENTS 4096
-static int neighbours(uintptr_t page, size_t npages);
+static void heap_gains(uintptr_t page, size_t npages);
+static void heap_loses(uintptr_t page, size_t npages);
 
 enum { KIND_FREE = 0, KIND_RETURNED = 1 };
 
@@ -156,7 +157,7 @@ static int spares_from_heap(void)
         spare_put_locked(s);
     }
     pm_pagemap_set_span(page, NULL);
-    ph.extents += neighbours(page, 1) - 1; /* a page of metadata: no longer the heap's */
+    heap_loses(page, 1); /* a page of metadata now */
     ph.meta_pages++;
     pm_unlock(&ph.lock);
     /* written outside the lock: a released page faults in here */
@@ -346,9 +347,8 @@ static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
  * included: what a limit on the address space must leave room for. */
 static size_t grow_need(size_t n, size_t align)
 {
-    size_t pages = n; /* at the least (see grow) */
     size_t leaf = (sizeof(pm_leaf_t) + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-    return pages + (align - 1) + 2 * leaf;
+    return n + (align - 1) + 2 * leaf; /* grow's least mapping */
 }
 
 /* Maps fresh memory for at least n pages, starting on a multiple of
@@ -369,18 +369,17 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * below, then touches this one and the kernel merges them.  Cut to n
      * or 2 MiB, 4 MiB-aligned blocks of 16 KiB were a mapping each (a
      * review: 65 531 mappings for 66 000 live blocks, and the program's
-     * next pthread_create failed; glibc 24) */
-    size_t whole = (pages + align - 1) / align * align;
-    void *mem = pm_os_map(whole << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
-    /* mapping that takes twice the alignment in address space for a
-     * moment (pm_os_map's slack): under RLIMIT_AS or strict overcommit,
-     * just the pages (a review: aligned_alloc(64 MiB, 1 MiB) failed under
-     * a limit 100 MiB above, where glibc and earlier builds succeed) */
-    if (mem) pages = whole;
-    else if (whole > pages) mem = pm_os_map(pages << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT);
-    /* and at last without the 2 MiB minimum (aligned_alloc(16 MiB, 16 KiB)
-     * with 17 MiB left: glibc maps about 16 MiB) */
-    if (!mem && pages > n && (mem = pm_os_map(n << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT))) pages = n;
+     * next pthread_create failed; glibc 24).  That maps twice the
+     * alignment for a moment (pm_os_map's slack): where it does not fit
+     * (RLIMIT_AS, strict overcommit), 2 MiB, then the block's
+     * own pages (a review: aligned_alloc(64 MiB, 1 MiB) with 100 MiB left
+     * and aligned_alloc(16 MiB, 16 KiB) with 17 MiB left failed; glibc
+     * maps about the alignment) */
+    size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
+    void *mem = NULL;
+    for (int i = 0; i < 3 && !mem; i++)
+        if (i == 0 || tries[i] < tries[i - 1])
+            if ((mem = pm_os_map(tries[i] << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT))) pages = tries[i];
     if (!mem) return -1;
     uintptr_t page = (uintptr_t)mem >> PM_PAGE_SHIFT;
     if (pm_pagemap_ensure(page, pages) != 0) {
@@ -402,7 +401,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     s->npages = pages;
     s->state = PM_SPAN_RETURNED;
     ph.mapped_pages += pages;
-    ph.extents += 1 - neighbours(page, pages);
+    heap_gains(page, pages);
     coalesce_insert_locked(s); /* s may now start before page */
     size_t k = 0;
     pm_span_t *picked[RELEASE_BATCH];
@@ -648,17 +647,14 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
 }
 
 /* s's old addresses leave the page map before they are moved away: from
- * then on they may go to any mmap (see pick).  Undone by mark_ends. */
+ * then on they may go to any mmap (see pick).  Undone by remark. */
 static void unmark_ends(pm_span_t *s)
 {
     pm_lock(&ph.lock);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
     pm_pagemap_set_span(s->page, NULL);
     pm_pagemap_set_span(s->page + s->npages - 1, NULL);
-    /* counted gone now, as a run picked for unmapping is: what other
-     * threads count meanwhile sees it gone (a review: counting it at
-     * moved_to drifted the count below zero with four threads moving) */
-    ph.extents += neighbours(s->page, s->npages) - 1;
+    heap_loses(s->page, s->npages);
     pm_unlock(&ph.lock);
 }
 
@@ -666,7 +662,7 @@ static void unmark_ends(pm_span_t *s)
 static void remark(pm_span_t *s)
 {
     pm_lock(&ph.lock);
-    ph.extents += 1 - neighbours(s->page, s->npages);
+    heap_gains(s->page, s->npages);
     mark_ends(s);
     pm_unlock(&ph.lock);
 }
@@ -674,7 +670,7 @@ static void remark(pm_span_t *s)
 static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
 {
     pm_lock(&ph.lock);
-    ph.extents += 1 - neighbours(page, n);
+    heap_gains(page, n);
     ph.mapped_pages += n - s->npages;
     s->page = page;
     s->npages = n;
@@ -724,6 +720,13 @@ out:
     return s->npages == n;
 }
 
+/* The reservation [r, end) around the place [lo, hi) a block moved to. */
+static void unmap_slack(char *r, uintptr_t lo, uintptr_t hi, uintptr_t end)
+{
+    if (lo > (uintptr_t)r) pm_os_unmap(r, lo - (uintptr_t)r);
+    if (end > hi) pm_os_unmap((void *)hi, end - hi);
+}
+
 /* Moves in-use span s to n > s->npages pages at a new address: the pages
  * go with mremap onto an aligned place reserved first (its page map
  * leaves made before), so its contents move with the page tables,
@@ -769,8 +772,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
         if (pm_os_mapped((void *)to)) {
             pm_os_unmap(r, bytes + slack);
         } else {
-            if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
-            if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
+            unmap_slack(r, to, to + bytes, end);
         }
         /* refused for the address space (6.18 counts the reservation
          * against RLIMIT_AS): where only the growth fits, the kernel's
@@ -778,8 +780,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
          * copied, and the next growth failed; glibc grows both) */
         return anywhere ? move_anywhere(s, n) : 0;
     }
-    if (to > (uintptr_t)r) pm_os_unmap(r, to - (uintptr_t)r);
-    if (end > to + bytes) pm_os_unmap((void *)(to + bytes), end - (to + bytes));
+    unmap_slack(r, to, to + bytes, end);
     moved_to(s, to >> PM_PAGE_SHIFT, n);
     return 1;
 }
@@ -818,13 +819,19 @@ static int ours(uintptr_t page, int before)
     return t && (before ? t->page + t->npages == page + 1 : t->page == page);
 }
 
-/* How many of the heap's runs touch [page, page + npages): its hole would
- * join 1 - that many extents of address space into ph.extents (2 means a
- * hole splits one, 0 that it was one of its own). */
+/* How many of the heap's runs touch [page, page + npages) from outside. */
 static int neighbours(uintptr_t page, size_t npages)
 {
     return (page && ours(page - 1, 1)) + ours(page + npages, 0);
 }
+
+/* ph.extents as [page, page + npages) becomes the heap's (mapped, or back
+ * in the page map) or stops being it (its ends leave the page map): a
+ * range with no neighbour is a stretch of its own, one with two joins or
+ * splits one.  Called when the ends change, under the lock, so threads
+ * counting at once agree (a move counted at its end drifted the count). */
+static void heap_gains(uintptr_t page, size_t npages) { ph.extents += 1 - neighbours(page, npages); }
+static void heap_loses(uintptr_t page, size_t npages) { ph.extents += neighbours(page, npages) - 1; }
 
 /* A run of whole kernel pages (with pages above 8 KiB munmap would round
  * it up and take a neighbour's bytes) that is UNMAP_PAGES or longer, or
@@ -903,7 +910,7 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
     releasing_link_locked(s);
     s->unmapping = (uint8_t)can_unmap(s->page, s->npages);
     if (s->unmapping) {
-        ph.extents += neighbours(s->page, s->npages) - 1; /* taken back if it stays */
+        heap_loses(s->page, s->npages); /* gained back if it stays */
         pm_pagemap_set_span(s->page, NULL);
         pm_pagemap_set_span(s->page + s->npages - 1, NULL);
     }
@@ -951,7 +958,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
             continue;
         }
         picked[i]->state = fate[i] == OS_KEPT ? PM_SPAN_FREE : PM_SPAN_RETURNED;
-        if (picked[i]->unmapping) ph.extents -= neighbours(picked[i]->page, picked[i]->npages) - 1;
+        if (picked[i]->unmapping) heap_gains(picked[i]->page, picked[i]->npages);
         picked[i]->unmapping = 0;
         coalesce_insert_locked(picked[i]); /* names it at its ends again */
     }
