@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/auxv.h>
 
 static _Atomic uint64_t large_bytes, large_requested, large_count;
 
@@ -25,26 +24,6 @@ PM_COLD static void invalid_pointer(const char *what, const void *p)
 }
 
 PM_COLD static void invalid_free(const void *p) { invalid_pointer("free(): invalid pointer", p); }
-
-/* See pm_internal.h; pm_init mixes in the kernel's random bytes, so no
- * program data is likely to equal it (a constant until then). */
-uintptr_t pm_free_key = 0x5bd1e9955bd1e995ull;
-
-void pm_free_key_init(void)
-{
-    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
-    uintptr_t k = pm_free_key;
-    if (r)
-        for (int i = 0; i < 8; i++) k = (k << 8 | k >> 56) ^ r[8 + i];
-    pm_free_key = k ? k : 1;
-}
-
-/* free() of p, already in thread cache list l: a double free. */
-PM_COLD static void check_not_listed(const pm_tlist_t *l, const void *p)
-{
-    for (const void *q = l->head; q; q = *(void *const *)q)
-        if (q == p) invalid_free(p);
-}
 
 static void *enomem(void)
 {
@@ -128,7 +107,6 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         p = pm_central_get(cls, 1, &got);
     }
     if (!p) return enomem();
-    ((uintptr_t *)p)[1] = 0; /* not a free block now (pm_free_key) */
     return p;
 }
 
@@ -216,9 +194,7 @@ void pm_free_slow(void *p)
         return;
     }
     pm_tlist_t *l = &t->list[cls];
-    if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice in a row */
-    if (PM_UNLIKELY(((uintptr_t *)p)[1] == pm_free_key)) check_not_listed(l, p);
-    ((uintptr_t *)p)[1] = pm_free_key;
+    if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice (pm_internal.h) */
     *(void **)p = l->head;
     l->head = p;
     l->len++;

@@ -46,7 +46,6 @@ void pm_init_slow(void)
     int expected = 0;
     if (atomic_compare_exchange_strong(&pm_init_state, &expected, 1)) {
         pm_options_load();
-        pm_free_key_init();
         pm_sampler_set_rate(pm_options.sample_rate);
         pm_sizeclass_init();
         pm_tcache_init();

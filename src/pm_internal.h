@@ -237,16 +237,13 @@ struct mallinfo2 pm_mallinfo2(void);
 int pm_malloc_info(int options, struct _IO_FILE *fp);
 
 /* ---- the fast paths --------------------------------------------------
- * A block in a thread cache's list holds the next block in its first word
- * and pm_free_key in its second; malloc clears the second word when it
- * hands a block out.  A free that finds the key there is looked up in the
- * thread's list of that class, and aborts if the block is in it: a double
- * free with other frees between (free(a); free(b); free(a)), which glibc's
- * tcache catches the same way.  A block whose owner happened to write the
- * key costs one walk of the list and nothing else. */
-extern uintptr_t pm_free_key;
-void pm_free_key_init(void);
-
+ * A block in a thread cache's list holds the next block in its first word.
+ * free compares the block with its list's head: a block freed twice in a
+ * row, or freed again after frees of other classes only, is the head and
+ * aborts in pm_free_slow.  Nothing else of the block is read or written
+ * here: a per-process key in its second word (as glibc's tcache keeps, to
+ * catch free(a); free(b); free(a) within one class) cost 15-20 % of the
+ * churn benchmark's time for its two stores and one load (doc/design.md). */
 PM_INLINE void *pm_malloc_inline(size_t size)
 {
     /* sizes up to 1 KiB take one compare to their class */
@@ -260,7 +257,6 @@ PM_INLINE void *pm_malloc_inline(size_t size)
         void *next = *(void **)p;
         l->head = next;
         l->len--;
-        ((uintptr_t *)p)[1] = 0;
         /* The next block's line: after a refill from another thread's frees
          * (producer/consumer) it sits in the other core's cache, and the
          * miss overlaps the caller's work instead of the next malloc
@@ -284,10 +280,9 @@ PM_INLINE void pm_free_inline(void *p)
         if (PM_LIKELY(offset * magic < magic)) {
             unsigned cls = info & 0xff;
             pm_tlist_t *l = &pm_tls.list[cls];
-            /* (a block freed twice in a row is the list's head, and has the key) */
-            if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != pm_free_key)) {
-                *(void **)p = l->head;
-                ((uintptr_t *)p)[1] = pm_free_key;
+            void *head = l->head;
+            if (PM_LIKELY(l->len < l->max_len && p != head)) {
+                *(void **)p = head;
                 l->head = p;
                 l->len++;
                 return;

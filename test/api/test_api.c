@@ -1913,12 +1913,14 @@ static void invalid_free_body(void *arg)
         child_free(p + 64 * KiB);
         break;
     }
-    case BAD_DOUBLE_SMALL: { /* with another free between: not "in a row" */
-        char *a = malloc(100), *b = malloc(100);
+    case BAD_DOUBLE_SMALL: { /* not in a row: frees of other size classes between */
+        char *a = malloc(100), *b = malloc(40), *c = malloc(1000);
         memset(a, 1, 100);
-        memset(b, 2, 100);
+        memset(b, 2, 40);
+        memset(c, 3, 1000);
         child_free(a);
         child_free(b);
+        child_free(c);
         child_free(a);
         break;
     }
@@ -1978,7 +1980,7 @@ static void test_interior_free_large(void **state)
     run_invalid_free_child(BAD_INTERIOR_LARGE);
 }
 
-static void test_double_free_small_not_in_a_row(void **state)
+static void test_double_free_small_other_classes_between(void **state)
 {
     (void)state;
     REQUIRE_PM();
@@ -1995,7 +1997,7 @@ static void test_invalid_pointer_named(void **state)
 }
 
 /* Blocks freed, handed out again and freed without a write in between (the
- * second word still as the free list left it, for blocks from every path)
+ * first words still as the free list left them, for blocks from every path)
  * are no double frees. */
 static void test_free_untouched_blocks(void **state)
 {
@@ -2080,7 +2082,7 @@ int main(void)
         cmocka_unit_test(test_invalid_free_stack),
         cmocka_unit_test(test_double_free_large),
         cmocka_unit_test(test_interior_free_large),
-        cmocka_unit_test(test_double_free_small_not_in_a_row),
+        cmocka_unit_test(test_double_free_small_other_classes_between),
         cmocka_unit_test(test_invalid_pointer_named),
         cmocka_unit_test(test_free_untouched_blocks),
     };
