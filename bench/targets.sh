@@ -8,8 +8,10 @@
 #   -b DIR    built workloads (default build/bench)
 #   -p SO     libprofmalloc.so (default build/libprofmalloc.so)
 #   -c SO     the ceiling allocator (default DIR/libceiling.so)
-#   -r N      rounds (default 9); every round runs every allocator once, in
-#             turn, so slow phases of a shared machine hit all of them
+#   -r N      rounds (default 9); every round runs each workload on every
+#             allocator back to back in a random order, and ratios are taken
+#             within a round (the median of them is printed), so slow phases
+#             of a shared machine hit the runs compared alike
 #   -n N      churn steps per thread (default 20000000)
 # Prints a Markdown table of medians and ratios on stdout; progress on stderr.
 #
@@ -86,16 +88,24 @@ run() { # alloc workload args... -> appends "seconds rss" to $tmp/alloc.workload
 }
 
 status=0
+# Each workload runs on every allocator back to back, in a new random order
+# each round: the machine's slow phases last seconds, so the runs compared
+# with each other are close in time, and no allocator always follows the same
+# one.  Ratios are taken within a round and their median reported.
+order() { printf '%s\n' "${ALLOCS[@]}" | { shuf 2>/dev/null || cat; }; }
 for ((r = 1; r <= ROUNDS; r++)); do
     echo "targets.sh: round $r/$ROUNDS" >&2
-    for a in "${ALLOCS[@]}"; do
-        for m in checked bare; do
-            mode=()
-            [ $m = bare ] && mode=(-m bare)
-            run "$a" churn1.$m churn -t 1 -n "$STEPS" "${mode[@]}" || status=1
-            run "$a" churn2.$m churn -t 2 -n "$STEPS" "${mode[@]}" || status=1
-            [ "$a" = ceiling ] && continue
-            run "$a" prodcons.$m prodcons "${mode[@]}" || status=1
+    for m in checked bare; do
+        mode=()
+        [ $m = bare ] && mode=(-m bare)
+        for w in churn1 churn2 prodcons; do
+            for a in $(order); do
+                case $w in
+                churn1) run "$a" $w.$m churn -t 1 -n "$STEPS" "${mode[@]}" || status=1 ;;
+                churn2) run "$a" $w.$m churn -t 2 -n "$STEPS" "${mode[@]}" || status=1 ;;
+                prodcons) [ "$a" = ceiling ] || run "$a" $w.$m prodcons "${mode[@]}" || status=1 ;;
+                esac
+            done
         done
     done
 done
@@ -104,20 +114,25 @@ med() { # file column -> median
     [ -s "$1" ] || { echo nan; return; }
     awk -v c="$2" '{ print $c }' "$1" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-declare -A T R
+# pmed FILE_A COL_A FILE_B COL_B K -> median over rounds of K * a / b, where
+# line i of each file is round i's run ("–" when either is missing)
+pmed() {
+    { [ -s "$1" ] && [ -s "$3" ]; } || { echo "–"; return; }
+    paste -d' ' <(awk -v c="$2" '{ print $c }' "$1") <(awk -v c="$4" '{ print $c }' "$3") |
+        awk -v k="$5" '$1 > 0 && $2 > 0 { print k * $1 / $2 }' | sort -g |
+        awk '{ v[NR] = $1 } END { if (!NR) print "–"; else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+declare -A T
 for a in "${ALLOCS[@]}"; do
     for w in churn1 churn2 prodcons; do
         for m in checked bare; do
             T[$a.$w.$m]=$(med "$tmp/$a.$w.$m" 1)
-            R[$a.$w.$m]=$(med "$tmp/$a.$w.$m" 2)
         done
     done
 done
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "–"; else printf "%.2f", a / b }'; }
-scal() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "–"; else printf "%.2f", 2 * a / b }'; }
-
-echo "Medians of $ROUNDS alternated rounds; \`bench/targets.sh -r $ROUNDS -n $STEPS\`,"
+echo "Medians of $ROUNDS rounds (each workload on every allocator back to back, in"
+echo "random order); ratios are per round, then the median. \`bench/targets.sh -r $ROUNDS -n $STEPS\`,"
 echo "$(date -u +%Y-%m-%d), $(nproc) CPUs, $(ldd --version 2>&1 | head -1 | sed 's/.* //;s/^/glibc /')."
 for m in checked bare; do
     echo
@@ -125,15 +140,15 @@ for m in checked bare; do
     echo
     echo "| allocator | churn s | churn ×glibc | 2-thread churn s | 2-thr scaling | prodcons s | prodcons ×glibc | RSS churn | RSS 2-thr | RSS prodcons |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    g1=${T[glibc.churn1.$m]} gp=${T[glibc.prodcons.$m]}
     for a in "${ALLOCS[@]}"; do
+        f=$tmp/$a g=$tmp/glibc
         printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$a" \
-            "${T[$a.churn1.$m]}" "$(ratio "$g1" "${T[$a.churn1.$m]}")" \
-            "${T[$a.churn2.$m]}" "$(scal "${T[$a.churn1.$m]}" "${T[$a.churn2.$m]}")" \
-            "${T[$a.prodcons.$m]/nan/–}" "$(ratio "$gp" "${T[$a.prodcons.$m]}")" \
-            "$(ratio "${R[$a.churn1.$m]}" "${R[glibc.churn1.$m]}")" \
-            "$(ratio "${R[$a.churn2.$m]}" "${R[glibc.churn2.$m]}")" \
-            "$(ratio "${R[$a.prodcons.$m]}" "${R[glibc.prodcons.$m]}")"
+            "${T[$a.churn1.$m]}" "$(pmed "$g.churn1.$m" 1 "$f.churn1.$m" 1 1)" \
+            "${T[$a.churn2.$m]}" "$(pmed "$f.churn1.$m" 1 "$f.churn2.$m" 1 2)" \
+            "${T[$a.prodcons.$m]/nan/–}" "$(pmed "$g.prodcons.$m" 1 "$f.prodcons.$m" 1 1)" \
+            "$(pmed "$f.churn1.$m" 2 "$g.churn1.$m" 2 1)" \
+            "$(pmed "$f.churn2.$m" 2 "$g.churn2.$m" 2 1)" \
+            "$(pmed "$f.prodcons.$m" 2 "$g.prodcons.$m" 2 1)"
     done
 done
 echo
