@@ -1054,6 +1054,36 @@ static void test_pageheap_release_all(void **state)
     assert_int_equal(covered, N);
 }
 
+/* The cap on resident free pages grows with the heap: past 64 MiB, up to
+ * half the pages in use stay free and resident, so a program replacing big
+ * blocks at random reuses them without faulting them in again.  With a
+ * fixed 64 MiB cap the 96 MiB freed here were released down to 32 MiB. */
+static void test_pageheap_release_cap_grows_with_heap(void **state)
+{
+    (void)state;
+    enum { BIG = 8 << 20, N = 64, FREED = 12, MORE = 40 };
+    pm_pageheap_release_all();
+    pm_span_t *s[N];
+    for (int i = 0; i < N; i++) { /* 512 MiB of address space, never touched */
+        s[i] = pm_pageheap_alloc(BIG / PAGE);
+        assert_non_null(s[i]);
+    }
+    pm_pageheap_stats_t before = ph_stats();
+    for (int i = 0; i < FREED; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_stats_t mid = ph_stats();
+    /* 96 MiB free against 416 MiB in use: all of it kept */
+    assert_true(mid.free >= before.free + (uint64_t)FREED * BIG);
+    assert_int_equal(mid.released + (before.mapped - mid.mapped), before.released);
+    for (int i = FREED; i < FREED + MORE; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_stats_t after = ph_stats();
+    /* 416 MiB free against 96 MiB in use: the cap is 64 MiB again, and what
+     * is above it went back (down to half of it) */
+    assert_true(after.free <= (uint64_t)64 << 20);
+    assert_true(after.in_use <= before.in_use - (uint64_t)(FREED + MORE) * BIG);
+    for (int i = FREED + MORE; i < N; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_release_all();
+}
+
 /* A free run of 1 MiB or more goes back with munmap (its address space and
  * commit charge with it).  After the hole, the heap still allocates,
  * coalesces and hands out zeroed memory. */
@@ -3226,6 +3256,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_bound_yields_to_rlimit),
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
+        cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_unmap_races_growth),
