@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            grow large frag replay pythreads
+#            grow large bigmix frag replay pythreads
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -30,7 +30,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large frag replay pythreads"
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads"
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
@@ -161,6 +161,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     large:full)        echo "large" ;;
     large:small)       echo "large -n 300" ;;
     large:quick)       echo "large -n 60" ;;
+    bigmix:full)       echo "bigmix" ;;
+    bigmix:small)      echo "bigmix -n 3000 -l 128" ;;
+    bigmix:quick)      echo "bigmix -n 500 -l 64" ;;
     frag:full)         echo "frag" ;;
     frag:small)        echo "frag -n 20 -l 10" ;;
     frag:quick)        echo "frag -n 5 -l 3" ;;
