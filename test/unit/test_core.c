@@ -1084,6 +1084,38 @@ static void test_pageheap_release_cap_grows_with_heap(void **state)
     pm_pageheap_release_all();
 }
 
+/* Rule 3 learns: when the heap must grow within a second of releasing free
+ * pages over the cap, it keeps as many next time.  Without it a program
+ * freeing and allocating again 160 MiB of big blocks round after round
+ * faulted them all in every round. */
+static void test_pageheap_release_cap_learns(void **state)
+{
+    (void)state;
+    enum { BIG = 4 << 20, N = 40 };
+    pm_pageheap_release_all();
+    pm_span_t *s[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            s[i] = pm_pageheap_alloc(BIG / PAGE);
+            assert_non_null(s[i]);
+        }
+        for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
+        pm_pageheap_stats_t st = ph_stats();
+        if (round == 0) /* 160 MiB free, little in use: down to 32 MiB */
+            assert_true(st.free <= (uint64_t)64 << 20);
+        else            /* the growth of round 1 regretted it */
+            assert_true(st.free >= (uint64_t)N * BIG);
+    }
+    pm_pageheap_release_all(); /* and forgets what it learned */
+    for (int i = 0; i < N; i++) {
+        s[i] = pm_pageheap_alloc(BIG / PAGE);
+        assert_non_null(s[i]);
+    }
+    for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
+    assert_true(ph_stats().free <= (uint64_t)64 << 20);
+    pm_pageheap_release_all();
+}
+
 /* A free run of 1 MiB or more goes back with munmap (its address space and
  * commit charge with it).  After the hole, the heap still allocates,
  * coalesces and hands out zeroed memory. */
@@ -3257,6 +3289,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
+        cmocka_unit_test(test_pageheap_release_cap_learns),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_unmap_races_growth),
