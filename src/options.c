@@ -31,7 +31,8 @@ static const struct option {
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
      "byte budget shared by all thread caches (default 32M)"},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
-     "free resident pages kept before returning memory to the OS (default 64M)"},
+     "free resident memory kept before returning it to the OS; unset: 64M, or half "
+     "the memory in use, or what the heap learned, whichever is most"},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "1: print the options in force at start"},
 };
@@ -98,6 +99,7 @@ void pm_options_load(void)
     for (size_t i = 0; i < PM_ARRAY_LEN(table); i++) {
         const char *v = pm_os_getenv(table[i].name);
         if (v && parse(&table[i], v) != 0) complain(table[i].name, v, table[i].doc);
+        else if (v && table[i].target == &pm_options.release_bytes) pm_options.release_bytes_set = 1;
     }
     if (pm_options.verbose) {
         char line[200];

@@ -1025,8 +1025,10 @@ static void free_span(pm_span_t *s, int released)
         ph.learned_ns = ph.now;
     }
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (limit < in_use / 2) limit = in_use / 2;
-    if (limit < ph.learned_cap) limit = ph.learned_cap;
+    if (!pm_options.release_bytes_set) { /* set, it is the cap (cgroup limits) */
+        if (limit < in_use / 2) limit = in_use / 2;
+        if (limit < ph.learned_cap) limit = ph.learned_cap;
+    }
     int over = ph.free_pages[KIND_FREE] > limit;
     if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         k = pick_release_locked(picked, over ? limit / 2 : limit, 0);

@@ -40,6 +40,7 @@ typedef struct pm_options {
     int unwind_fp;             /* PROFMALLOC_UNWIND=fp */
     uint64_t tcache_bytes;     /* PROFMALLOC_TCACHE_BYTES */
     uint64_t release_bytes;    /* PROFMALLOC_RELEASE_BYTES */
+    int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */
 } pm_options_t;
 extern pm_options_t pm_options;
