@@ -10,9 +10,9 @@
  * Release policy (decided on free, after the clock is read and before the
  * lock is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB; half the pages in use;
- * or the cap learned from a release the heap regretted, see free_span),
- * the largest free spans are returned until half the cap is left.  Reuse within a second so costs no
+ * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
+ * use when that is more and the option is unset), the largest free spans
+ * are returned until half the cap is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
@@ -71,11 +71,6 @@ static struct {
     int64_t extents;             /* stretches of address space the heap holds, each
                                   * one mapping or more (see can_unmap) */
     int64_t max_extents;         /* holes split no more of them past this */
-    uint64_t learned_cap;        /* rule 3's cap as learned from regrets (free_span) */
-    uint64_t learned_ns;         /* when it was last raised or halved */
-    uint64_t cut_free;           /* a cap that would have kept what rule 3
-                                  * released in the last second */
-    uint64_t cut_regret_ns;      /* a growth before this regrets those releases */
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
@@ -432,12 +427,6 @@ static int grow(size_t n, size_t align, pm_span_t **take)
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
     size_t k = 0, released = 0;
-    /* Rule 3 released free pages under a second ago, and now the heap
-     * faults fresh ones: it should have kept them (free_span). */
-    if (ph.now < ph.cut_regret_ns && ph.learned_cap < ph.cut_free) {
-        ph.learned_cap = ph.cut_free;
-        ph.learned_ns = ph.now;
-    }
     uint64_t in_use = ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
                       ph.releasing_pages;
     uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
@@ -1013,30 +1002,13 @@ static void free_span(pm_span_t *s, int released)
      * nearly every freed block back to the OS, and the next one faulted
      * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
      * faults against 0.5 M; 1.46 s now (doc/design.md).
-     * It also learns, as glibc's mmap threshold does: a release the heap
-     * regrets (it faults fresh pages within a second) raises the cap to one
-     * that would have kept all it released, so a program that frees its big
-     * blocks and allocates them again round after round keeps them (a
-     * Python loop of 450 MB of bytearrays: 3.3-4.3 s, 760 k page faults ->
-     * 2.3-2.5 s; glibc 2.0-3.2 s); the learned cap halves every 10 s.  A
-     * program that frees and stops still sees its free pages go back. */
-    if (ph.learned_cap && ph.now >= ph.learned_ns + 10 * PM_DECAY_NS) {
-        ph.learned_cap /= 2;
-        ph.learned_ns = ph.now;
-    }
+     * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
+     * under a cgroup memory limit asked for that bound). */
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set) { /* set, it is the cap (cgroup limits) */
-        if (limit < in_use / 2) limit = in_use / 2;
-        if (limit < ph.learned_cap) limit = ph.learned_cap;
-    }
+    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
     int over = ph.free_pages[KIND_FREE] > limit;
     if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         k = pick_release_locked(picked, over ? limit / 2 : limit, 0);
-    if (over) { /* a cap that would have kept it all: this one plus what goes */
-        if (ph.now >= ph.cut_regret_ns) ph.cut_free = limit;
-        for (size_t i = 0; i < k; i++) ph.cut_free += picked[i]->npages;
-        ph.cut_regret_ns = ph.now + PM_DECAY_NS;
-    }
     /* released runs long unused (a block realloc moved away from): looked
      * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
     pm_span_t *stale[RELEASE_BATCH];
@@ -1105,8 +1077,6 @@ void pm_pageheap_release_all(void)
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
     uint64_t left = ph.free_pages[KIND_FREE];
-    ph.learned_cap = 0; /* asked to give memory back: learn again */
-    ph.cut_regret_ns = 0;
     pm_unlock(&ph.lock);
     while (left) {
         pm_lock(&ph.lock);

@@ -1099,32 +1099,6 @@ static void test_pageheap_release_cap_grows_with_heap(void **state)
     assert_true(after.free <= (uint64_t)64 << 20);
 }
 
-/* Rule 3 learns: when the heap must grow within a second of releasing free
- * pages over the cap, it keeps as many next time.  Without it a program
- * freeing and allocating again 160 MiB of big blocks round after round
- * faulted them all in every round. */
-static void test_pageheap_release_cap_learns(void **state)
-{
-    (void)state;
-    enum { BIG = 4 << 20, N = 40, ROUNDS = 3 };
-    pm_pageheap_release_all();
-    pm_span_t *s[N];
-    uint64_t kept[ROUNDS + 1];
-    int got = N;
-    for (int round = 0; round <= ROUNDS && got == N; round++) {
-        if (round == ROUNDS) pm_pageheap_release_all(); /* which forgets it */
-        for (got = 0; got < N && (s[got] = pm_pageheap_alloc(BIG / PAGE)) != NULL;) got++;
-        for (int i = 0; i < got; i++) pm_pageheap_free(s[i]);
-        kept[round] = ph_stats().free;
-    }
-    pm_pageheap_release_all();
-    assert_int_equal(got, N);
-    assert_true(kept[0] <= (uint64_t)64 << 20); /* 160 MiB free, little in use */
-    assert_true(kept[1] >= (uint64_t)N * BIG);   /* round 1's growth regretted it */
-    assert_true(kept[2] >= (uint64_t)N * BIG);
-    assert_true(kept[3] <= (uint64_t)64 << 20);
-}
-
 /* A free run of 1 MiB or more goes back with munmap (its address space and
  * commit charge with it).  After the hole, the heap still allocates,
  * coalesces and hands out zeroed memory. */
@@ -3300,7 +3274,6 @@ int main(void)
         cmocka_unit_test(test_pageheap_extend),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
-        cmocka_unit_test(test_pageheap_release_cap_learns),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_unmap_races_growth),
