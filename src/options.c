@@ -21,20 +21,21 @@ static const struct option {
     enum kind kind;
     void *target;
     const char *doc;
+    int *given;       /* set to 1 when the variable is given and valid, or NULL */
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)"},
+     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", NULL},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid, %% = % (default: none)"},
+     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
-     "stack unwinder: dwarf (default) or fp"},
+     "stack unwinder: dwarf (default) or fp", NULL},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches (default 32M)"},
+     "byte budget shared by all thread caches (default 32M)", NULL},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
      "free resident memory kept before returning it to the OS; unset: 64M or half "
-     "the memory in use, whichever is more"},
+     "the memory in use, whichever is more", &pm_options.release_bytes_set},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "1: print the options in force at start"},
+     "1: print the options in force at start", NULL},
 };
 
 static void complain(const char *name, const char *value, const char *doc)
@@ -99,7 +100,7 @@ void pm_options_load(void)
     for (size_t i = 0; i < PM_ARRAY_LEN(table); i++) {
         const char *v = pm_os_getenv(table[i].name);
         if (v && parse(&table[i], v) != 0) complain(table[i].name, v, table[i].doc);
-        else if (v && table[i].target == &pm_options.release_bytes) pm_options.release_bytes_set = 1;
+        else if (v && table[i].given) *table[i].given = 1;
     }
     if (pm_options.verbose) {
         char line[200];
