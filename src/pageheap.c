@@ -74,7 +74,20 @@ static struct {
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
+    uint64_t peak_cur, peak_prev; /* most pages in use in this window and the last */
+    uint64_t peak_ns;            /* when this window began (each is PM_DECAY_NS) */
+    _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
+    _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
+    int space_counted;           /* RLIMIT_AS or strict overcommit, as of the last growth */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
+
+/* The page heap's clock: read before the lock (vDSO), noted under it, so
+ * every operation's decisions and the ages it records use its own time. */
+static inline uint64_t clock_now(void) { return pm_os_monotonic_ns() + pm_relaxed_load(&ph.skew_ns); }
+static inline void clock_locked(uint64_t now)
+{
+    if (now > ph.now) ph.now = now;
+}
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
 static inline void *addr_of(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
@@ -126,6 +139,29 @@ static void list_remove(pm_span_t *s)
         if (s->newer) s->newer->older = s->older;
         else ph.newest = s->older;
     }
+}
+
+static uint64_t in_use_locked(void)
+{
+    return ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
+           ph.releasing_pages - ph.meta_pages;
+}
+
+/* The most pages in use over the last one to two PM_DECAY_NS, noted on
+ * every allocation and free (in use only grows on allocation).  Two
+ * windows, so the peak a moment ago is never forgotten at a boundary.
+ * After two windows with no operation the heap sat still: the pages in use
+ * now are all it remembers. */
+static uint64_t recent_peak_locked(void)
+{
+    uint64_t in_use = in_use_locked(), age = ph.now - ph.peak_ns;
+    if (age >= PM_DECAY_NS) {
+        ph.peak_prev = age >= 2 * PM_DECAY_NS ? in_use : ph.peak_cur;
+        ph.peak_cur = in_use;
+        ph.peak_ns = ph.now;
+    }
+    if (in_use > ph.peak_cur) ph.peak_cur = in_use;
+    return ph.peak_cur > ph.peak_prev ? ph.peak_cur : ph.peak_prev;
 }
 
 /* ---- span structs ----------------------------------------------------- */
@@ -376,6 +412,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * own pages (a review: aligned_alloc(64 MiB, 1 MiB) with 100 MiB left
      * and aligned_alloc(16 MiB, 16 KiB) with 17 MiB left failed; glibc
      * maps about the alignment) */
+    int counted = pm_os_space_counted(); /* before the map: it is a limit's room we look at */
     size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
     void *mem = NULL;
     for (int i = 0; i < 3 && !mem; i++)
@@ -389,9 +426,10 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     }
     /* the new run's age: the clock as of now, not of the last free (an
      * unused rest older than PM_DECAY_NS is unmapped) */
-    uint64_t now = pm_os_monotonic_ns();
+    uint64_t now = clock_now();
     pm_lock(&ph.lock);
-    if (now > ph.now) ph.now = now;
+    clock_locked(now);
+    ph.space_counted = counted;
     if (!ph.spare) {
         pm_unlock(&ph.lock);
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
@@ -409,6 +447,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     if (take && pm_relaxed_load(&ph.nspare) >= 2) {
         carve_at_locked(s, page, n);
         *take = s;
+        (void)recent_peak_locked();
         k = pick_for_growth_locked(picked, n);
     }
     pm_unlock(&ph.lock);
@@ -427,8 +466,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
     size_t k = 0, released = 0;
-    uint64_t in_use = ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
-                      ph.releasing_pages;
+    uint64_t in_use = in_use_locked();
     uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
     if (floor < in_use / 4) floor = in_use / 4;
     if (ph.now < ph.retry_ns) return 0;
@@ -452,21 +490,37 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
  * 1: some address space went, so growing may now succeed. */
 static int can_unmap(uintptr_t page, size_t npages);
 
-/* Pages in free runs that can be unmapped, of either kind. */
+/* Whether a resident free run that a give-back unmaps starts or ends at
+ * `page` (before: ends there): pick() takes a released neighbour along. */
+static int long_free_at(uintptr_t page, int before)
+{
+    pm_span_t *t = pm_pagemap_span(page);
+    return t && t->state == PM_SPAN_FREE && t->npages >= UNMAP_PAGES &&
+           (before ? t->page + t->npages == page + 1 : t->page == page) && can_unmap(t->page, t->npages);
+}
+
+/* Pages a give-back would unmap: free runs that can be unmapped, of
+ * either kind, and the short released runs next to long resident ones,
+ * which go with them.  Those were not counted: after rounds of 400 MB of
+ * big blocks kept resident, a malloc(520 MB) under RLIMIT_AS that glibc
+ * served was refused as hopeless. */
 static uint64_t long_free_pages_locked(void)
 {
     uint64_t pages = 0;
     for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++)
         for (size_t idx = 1; idx <= LISTS + 1; idx++)
             for (pm_span_t *s = ph.lists[kind][idx <= LISTS ? idx : 0]; s; s = s->next)
-                if (can_unmap(s->page, s->npages)) pages += s->npages;
+                if (can_unmap(s->page, s->npages) ||
+                    (kind == KIND_RETURNED && ((s->page && long_free_at(s->page - 1, 1)) ||
+                                               long_free_at(s->page + s->npages, 0))))
+                    pages += s->npages;
     return pages;
 }
 
 /* n: the pages the failed request asked for; need: what its growth maps. */
 static int give_back_address_space(size_t n, size_t need)
 {
-    uint64_t now = pm_os_monotonic_ns();
+    uint64_t now = clock_now();
     size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
@@ -514,7 +568,7 @@ static int give_back_address_space(size_t n, size_t need)
  * for a while, for requests as large. */
 static void give_back_failed(size_t n)
 {
-    uint64_t now = pm_os_monotonic_ns();
+    uint64_t now = clock_now();
     pm_lock(&ph.lock);
     if (now >= ph.give_back_ns || n < ph.give_back_fail_pages) ph.give_back_fail_pages = n;
     ph.give_back_ns = now + PM_DECAY_NS;
@@ -527,11 +581,14 @@ pm_span_t *pm_pageheap_alloc(size_t n)
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
+        uint64_t now = clock_now();
         pm_lock(&ph.lock);
+        clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             pm_span_t *s = best_fit_locked(n);
             if (s) {
                 carve_locked(s, n);
+                (void)recent_peak_locked();
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -563,7 +620,9 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
+        uint64_t now = clock_now();
         pm_lock(&ph.lock);
+        clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             uintptr_t at;
             pm_span_t *s = aligned_fit_locked(n, align, &at);
@@ -571,6 +630,7 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
                 at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
             if (s) {
                 carve_at_locked(s, at, n);
+                (void)recent_peak_locked();
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -624,7 +684,9 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return 0;
     size_t need = n - s->npages;
     int ok = 0;
+    uint64_t now = clock_now();
     pm_lock(&ph.lock);
+    clock_locked(now);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
     pm_span_t *t = pm_pagemap_span(s->page + s->npages);
     if (t && t->page == s->page + s->npages && t->npages >= need &&
@@ -641,6 +703,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
         s->npages = n;
         s->zeroed = 0;
         mark_ends(s);
+        (void)recent_peak_locked();
         ok = 1;
     }
     pm_unlock(&ph.lock);
@@ -677,6 +740,7 @@ static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
     s->npages = n;
     s->zeroed = 0;
     mark_ends(s);
+    (void)recent_peak_locked();
     pm_unlock(&ph.lock);
 }
 
@@ -968,11 +1032,60 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     return stayed;
 }
 
+/* Rules 1 and 3, and the look for long-unused released runs, under the
+ * lock with the clock noted: picks what goes back to the OS into picked
+ * (*k) and stale (*nstale), for release_both once the lock is dropped. */
+static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale)
+{
+    uint64_t in_use = in_use_locked(), peak = recent_peak_locked();
+    /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
+     * 64 MiB under a heap of 1 GB of big blocks replaced at random sent
+     * nearly every freed block back to the OS, and the next one faulted
+     * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
+     * faults against 0.5 M; 1.46 s now (doc/design.md).
+     * And with the recent peak: free pages up to what was in use a moment
+     * ago stay, so a program that frees its big blocks and makes them
+     * again (a Python loop freeing 450 MB a round) reuses them, as glibc
+     * does; rule 1 still returns whatever a second passes without reuse.
+     * Not where the address space is counted (RLIMIT_AS, strict
+     * overcommit): there the program's own mmap after a big free failed,
+     * where glibc had unmapped its chunks.
+     * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
+     * under a cgroup memory limit asked for that bound). */
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    if (!pm_options.release_bytes_set) {
+        if (limit < in_use / 2) limit = in_use / 2;
+        if (!ph.space_counted && limit < peak - in_use) limit = peak - in_use;
+    }
+    int over = ph.free_pages[KIND_FREE] > limit;
+    *k = 0;
+    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
+        *k = pick_release_locked(picked, over ? limit / 2 : limit, 0);
+    /* released runs long unused (a block realloc moved away from): looked
+     * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
+    *nstale = 0;
+    int excess = ph.free_pages[KIND_RETURNED] > (in_use > limit ? in_use : limit);
+    if (ph.now >= ph.unmap_scan_ns || (excess && ph.now >= ph.excess_scan_ns)) {
+        /* Released runs outnumbering the pages in use go at once, however
+         * young: a review's program replacing blocks of random size and
+         * alignment (up to 6 MiB) 250 000 times a second kept 4 GB of
+         * address space and 3 500 mappings for 480 MB in use, none of
+         * it a second old (glibc: 750 MB) */
+        *nstale = pick_long_locked(KIND_RETURNED, stale, excess, 0);
+        /* a full batch: the next free looks again (one batch a second fell
+         * behind: 400 long runs, 420 MB, waited in the same loop) */
+        if (*nstale < RELEASE_BATCH) {
+            ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
+            ph.excess_scan_ns = ph.now + PM_DECAY_NS / 16;
+        }
+    }
+}
+
 static void free_span(pm_span_t *s, int released)
 {
-    pm_span_t *picked[RELEASE_BATCH];
-    size_t k = 0;
-    uint64_t now = pm_os_monotonic_ns(); /* vDSO: read before the lock */
+    pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
+    size_t k, nstale;
+    uint64_t now = clock_now(); /* vDSO: read before the lock */
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
@@ -985,7 +1098,7 @@ static void free_span(pm_span_t *s, int released)
         fate = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0 ? OS_RELEASED : OS_KEPT;
     }
     pm_lock(&ph.lock);
-    if (now > ph.now) ph.now = now;
+    clock_locked(now);
     if (releasing) {
         releasing_unlink_locked(s);
         if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
@@ -995,43 +1108,33 @@ static void free_span(pm_span_t *s, int released)
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);
-    uint64_t in_use = ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
-                      ph.releasing_pages - ph.meta_pages;
-    /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
-     * 64 MiB under a heap of 1 GB of big blocks replaced at random sent
-     * nearly every freed block back to the OS, and the next one faulted
-     * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
-     * faults against 0.5 M; 1.46 s now (doc/design.md).
-     * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
-     * under a cgroup memory limit asked for that bound). */
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
-    int over = ph.free_pages[KIND_FREE] > limit;
-    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        k = pick_release_locked(picked, over ? limit / 2 : limit, 0);
-    /* released runs long unused (a block realloc moved away from): looked
-     * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
-    pm_span_t *stale[RELEASE_BATCH];
-    size_t nstale = 0;
-    int excess = ph.free_pages[KIND_RETURNED] > (in_use > limit ? in_use : limit);
-    if (ph.now >= ph.unmap_scan_ns || (excess && ph.now >= ph.excess_scan_ns)) {
-        /* Released runs outnumbering the pages in use go at once, however
-         * young: a review's program replacing blocks of random size and
-         * alignment (up to 6 MiB) 250 000 times a second kept 4 GB of
-         * address space and 3 500 mappings for 480 MB in use, none of
-         * it a second old (glibc: 750 MB) */
-        nstale = pick_long_locked(KIND_RETURNED, stale, excess, 0);
-        /* a full batch: the next free looks again (one batch a second fell
-         * behind: 400 long runs, 420 MB, waited in the same loop) */
-        if (nstale < RELEASE_BATCH) {
-            ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
-            ph.excess_scan_ns = ph.now + PM_DECAY_NS / 16;
-        }
-    }
+    rules_locked(picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
     if (nstale) release_picked(stale, nstale);
 }
+
+/* The rules also run as the program allocates (each thread's sampling
+ * countdown calls this: every PM_TICK_BYTES at rate 0), at most eight
+ * times a second: without it they ran only when the page heap freed a
+ * span, and a program that freed its big blocks and went on with small
+ * ones kept the freed pages resident for good. */
+void pm_pageheap_tick(void)
+{
+    uint64_t now = clock_now();
+    if (now < pm_relaxed_load(&ph.tick_ns)) return;
+    pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
+    pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
+    size_t k, nstale;
+    pm_lock(&ph.lock);
+    clock_locked(now);
+    rules_locked(picked, &k, stale, &nstale);
+    pm_unlock(&ph.lock);
+    if (k) release_picked(picked, k);
+    if (nstale) release_picked(stale, nstale);
+}
+
+void pm_pageheap_skip_time(uint64_t ns) { pm_relaxed_store(&ph.skew_ns, pm_relaxed_load(&ph.skew_ns) + ns); }
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 

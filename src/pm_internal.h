@@ -128,6 +128,8 @@ void pm_pageheap_set_max_extents(int64_t n);
 int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
+void pm_pageheap_tick(void);             /* the release rules, at most 8 times a second */
+void pm_pageheap_skip_time(uint64_t ns); /* tests: the page heap's clock jumps ahead */
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;
     uint64_t meta; /* of mapped: pages turned into span structs */
@@ -171,7 +173,9 @@ void pm_tcache_unlock_all(int child);
 /* -ln(u) for u in (0, 1], without libm. */
 double pm_sampler_neg_log(double u);
 /* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
- * 1, "practically never" when 0. */
+ * 1, PM_TICK_BYTES when 0 (no sample then: the countdown's expiry only
+ * runs the page heap's tick, as it does at every sample point). */
+#define PM_TICK_BYTES ((int64_t)4 << 20)
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
 uint64_t pm_sampler_seed(void);
 /* The chance that an allocation of x = size/rate means is sampled:

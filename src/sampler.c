@@ -38,7 +38,7 @@ static uint64_t next_random(uint64_t *state)
 
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate)
 {
-    if (rate == 0) return INT64_MAX / 2;
+    if (rate == 0) return PM_TICK_BYTES; /* no samples: the countdown only ticks */
     if (rate == 1) return -1; /* every allocation: never reach 0 */
     if (!*rng) *rng = pm_sampler_seed();
     /* u uniform in (0, 1]: 53 random bits, shifted off zero */

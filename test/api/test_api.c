@@ -672,6 +672,56 @@ static void test_freed_address_space_returns(void **state)
     expect_child_ok(unmap_child);
 }
 
+static size_t rss_bytes(void) /* the process's resident set now */
+{
+    size_t size = 0, pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%zu %zu", &size, &pages) != 2) pages = 0;
+    if (f) fclose(f);
+    return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Big blocks freed and left alone go back to the OS while the program goes
+ * on with small blocks: the release rules run as malloc counts bytes down
+ * (its sampling countdown), not only when a span is freed.  56 MiB in
+ * 8 MiB blocks, written and freed (kept: under the 64 MiB cap); a second
+ * later, 16 MiB of small blocks made and freed at once; the resident set
+ * must drop by 48 MiB.  Before, the freed pages stayed resident for good. */
+static void idle_release_child(void *arg)
+{
+    (void)arg;
+    enum { N = 7 };
+    unsigned char *b[N];
+    for (int i = 0; i < N; i++) {
+        if (!(b[i] = malloc(8 * MiB))) _exit(1);
+        memset(b[i], i + 1, 8 * MiB);
+    }
+    size_t held = rss_bytes();
+    for (int i = 0; i < N; i++) free(b[i]);
+    size_t kept = rss_bytes();
+    if (kept + 8 * MiB < held) {
+        fprintf(stderr, "freed blocks went at once: %zu MiB of %zu kept\n", kept >> 20, held >> 20);
+        _exit(2);
+    }
+    usleep(1100 * 1000);
+    for (size_t i = 0; i < 16 * MiB / 64; i++) {
+        void *volatile p = malloc(64);
+        if (!p) _exit(3);
+        free(p);
+    }
+    size_t after = rss_bytes();
+    if (after + 48 * MiB > kept) {
+        fprintf(stderr, "resident %zu MiB a second after freeing, %zu MiB before\n", after >> 20, kept >> 20);
+        _exit(4);
+    }
+}
+
+static void test_idle_freed_blocks_return(void **state)
+{
+    (void)state;
+    expect_child_ok(idle_release_child);
+}
+
 /* A buffer grown by realloc to 200 MiB and freed leaves the blocks it moved
  * away from released but mapped for a while (for reuse); a malloc that
  * then finds no address space gets them back first.  Under a limit 520 MiB
@@ -1655,16 +1705,6 @@ static void test_mallinfo(void **state)
     assert_true(m3.uordblks + m3.hblkhd + 15 * MiB <= m2.uordblks + m2.hblkhd);
 }
 
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long size = 0, res = 0;
-    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
-    fclose(f);
-    return res * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static void test_malloc_trim(void **state)
 {
     (void)state;
@@ -2046,6 +2086,7 @@ int main(void)
         cmocka_unit_test(test_realloc_shrinks_large_in_place),
         cmocka_unit_test(test_exhausted_reuses_free_memory),
         cmocka_unit_test(test_freed_address_space_returns),
+        cmocka_unit_test(test_idle_freed_blocks_return),
         cmocka_unit_test(test_freed_address_space_serves_malloc),
         cmocka_unit_test(test_hopeless_malloc_keeps_free_memory),
         cmocka_unit_test(test_retry_after_enomem),
