@@ -7,12 +7,13 @@
  * after dropping it, then re-inserts them as RETURNED.
  * Span structs come from meta.c through a spare pool topped up outside the
  * lock, so no operation allocates metadata while holding it.
- * Release policy (decided on free, after the clock is read and before the
- * lock is taken): a resident free span that has not been reused for
+ * Release policy (decided on free and on pm_pageheap_tick, which malloc's
+ * sampling countdown calls, after the clock is read and before the lock
+ * is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
- * use when that is more and the option is unset), the largest free spans
- * are returned until half the cap is left.  Reuse within a second so costs no
+ * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB; unset, also half the
+ * pages in use and the recent peak in use less those in use now, when
+ * more), the largest free spans are returned until half the cap is left.  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
