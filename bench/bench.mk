@@ -25,12 +25,12 @@ TARGETS_ARGS ?=
 .PHONY: bench-run bench-quick bench-progs bench-targets bench-real
 BENCH_TARGETS += bench-run
 
-# pythreads is a Python script (bench/pythreads.py), installed executable
-BENCH_PY := $(BENCH_BIN)/pythreads
+# pythreads and pyrounds are Python scripts (bench/*.py), installed executable
+BENCH_PY := $(BENCH_BIN)/pythreads $(BENCH_BIN)/pyrounds
 
 bench-progs: $(BENCH_EXES) $(BENCH_PY) $(BENCH_CEILING)
 
-$(BENCH_PY): bench/pythreads.py
+$(BENCH_BIN)/%: bench/%.py
 	@mkdir -p $(BENCH_BIN)
 	install -m 755 $< $@
 

@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            grow large bigmix frag replay pythreads
+#            grow large bigmix frag replay pythreads pyrounds
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -30,7 +30,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads"
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds"
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
@@ -173,6 +173,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     pythreads:full)    echo "pythreads -t $THREADS" ;;
     pythreads:small)   echo "pythreads -t $THREADS -n 1500" ;;
     pythreads:quick)   echo "pythreads -t $THREADS -n 300" ;;
+    pyrounds:full)     echo "pyrounds" ;;
+    pyrounds:small)    echo "pyrounds -r 2" ;;
+    pyrounds:quick)    echo "pyrounds -r 1" ;;
     esac
 }
 
@@ -183,8 +186,8 @@ for w in $WORKLOADS; do
         note "skipped workload $w: $BIN/$b not built (run make bench)"
         continue
     fi
-    if [ $w = pythreads ] && ! command -v python3 >/dev/null 2>&1; then
-        note "skipped workload pythreads: no python3"
+    if [ $w = pythreads -o $w = pyrounds ] && ! command -v python3 >/dev/null 2>&1; then
+        note "skipped workload $w: no python3"
         continue
     fi
     if [ $w = replay ]; then
@@ -339,7 +342,7 @@ md="$OUT/benchmarks.md"
     done
     [[ " ${SEL_W[*]} " == *" replay "* ]] && echo "  TRACE = bench/traces/gxx-cc1plus.trace.gz, decompressed."
     echo
-    echo "Each workload's header comment (bench/*.c, bench/pythreads.py) says what it stresses and why."
+    echo "Each workload's header comment (bench/*.c, bench/*.py) says what it stresses and why."
     echo "Instruction counts per malloc+free pair (repeatable where wall time is not):"
     echo "\`bench/count-instructions.sh\`."
 } >"$md.tmp" && mv "$md.tmp" "$md"
