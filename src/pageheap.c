@@ -35,6 +35,8 @@
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
 #define PM_DECAY_NS 1000000000ull
+#define PM_RETAIN_NS (10 * PM_DECAY_NS) /* see note_cut_locked */
+#define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 /* A free run at least this long goes back to the OS with munmap instead of
  * madvise, so its address space and its commit charge go too (as glibc
  * unmaps its mmapped chunks): under vm.overcommit_memory=2 or RLIMIT_AS,
@@ -77,6 +79,8 @@ static struct {
                                   * may split past max_extents */
     uint64_t peak_cur, peak_prev; /* most pages in use in this window and the last */
     uint64_t peak_ns;            /* when this window began (each is PM_DECAY_NS) */
+    uint64_t capped_ns;          /* when rule 3 last sent free pages back */
+    _Atomic uint64_t retain_until; /* rule 3 keeps up to the recent peak before this */
     _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
     int space_counted;           /* RLIMIT_AS or strict overcommit, as of the last growth */
@@ -126,6 +130,14 @@ static void list_insert(pm_span_t *s)
     }
 }
 
+static void age_unlink(pm_span_t *s)
+{
+    if (s->older) s->older->newer = s->newer;
+    else ph.oldest = s->newer;
+    if (s->newer) s->newer->older = s->older;
+    else ph.newest = s->older;
+}
+
 static void list_remove(pm_span_t *s)
 {
     pm_span_t **head = list_for(kind_of(s), s->npages);
@@ -134,12 +146,44 @@ static void list_remove(pm_span_t *s)
     if (s->next) s->next->prev = s->prev;
     if (!*head) mark_list(kind_of(s), s->npages, 0);
     ph.free_pages[kind_of(s)] -= s->npages;
-    if (s->state == PM_SPAN_FREE) {
-        if (s->older) s->older->newer = s->newer;
-        else ph.oldest = s->newer;
-        if (s->newer) s->newer->older = s->older;
-        else ph.newest = s->older;
-    }
+    if (s->state == PM_SPAN_FREE) age_unlink(s);
+}
+
+/* A free span's age: its place on the age list and when it became free. */
+typedef struct {
+    pm_span_t *older; /* the span before it on the age list */
+    uint64_t free_ns;
+} pm_age_t;
+
+static pm_age_t age_of(const pm_span_t *s)
+{
+    return (pm_age_t){s->state == PM_SPAN_FREE ? s->older : NULL, s->free_ns};
+}
+
+/* s, just put on its list, is what is left of a span `cut` pages were
+ * taken from (a: that span's age, taken before it left the lists).  A
+ * rest at least 8 times the cut keeps the run's age: a trickle of small
+ * spans cut from a big run restarted its age at every cut and kept all of
+ * it from ever being a second old (a review: 800 MB resident for good).
+ * A shorter rest is young again: a run mostly taken is memory in use, and
+ * keeping its age made bench/large fault 15 % more pages (30 k against
+ * 26 k) and run 28 % longer. */
+static int age_restore(pm_span_t *s, pm_age_t a, size_t cut)
+{
+    if (s->npages < 8 * (uint64_t)cut) return 0;
+    s->free_ns = a.free_ns;
+    if (s->state != PM_SPAN_FREE) return 1;
+    /* right after the span that was older than the run, which is still on
+     * the list (spans pushed since sit after it) */
+    age_unlink(s);
+    pm_span_t *newer = a.older ? a.older->newer : ph.oldest;
+    s->older = a.older;
+    s->newer = newer;
+    if (a.older) a.older->newer = s;
+    else ph.oldest = s;
+    if (newer) newer->older = s;
+    else ph.newest = s;
+    return 1;
 }
 
 static uint64_t in_use_locked(void)
@@ -184,6 +228,7 @@ static int spares_from_heap(void)
         pm_unlock(&ph.lock);
         return -1;
     }
+    pm_age_t age = age_of(s);
     list_remove(s);
     uintptr_t page = s->page;
     if (s->npages > 1) {
@@ -191,6 +236,7 @@ static int spares_from_heap(void)
         s->npages--;
         mark_ends(s);
         list_insert(s);
+        age_restore(s, age, 1);
     } else {
         spare_put_locked(s);
     }
@@ -284,6 +330,7 @@ static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
+static void note_cut_locked(const pm_span_t *s, uint64_t free_before);
 
 static pm_span_t *best_fit_locked(size_t n)
 {
@@ -321,6 +368,7 @@ static pm_span_t *best_fit_locked(size_t n)
 /* Takes n pages from the front of free span s, returning the rest. */
 static void carve_locked(pm_span_t *s, size_t n)
 {
+    pm_age_t age = age_of(s);
     list_remove(s);
     if (s->npages > n) {
         pm_span_t *rest = spare_get_locked();
@@ -329,6 +377,7 @@ static void carve_locked(pm_span_t *s, size_t n)
         rest->state = s->state;
         mark_ends(rest);
         list_insert(rest);
+        age_restore(rest, age, n);
         s->npages = n;
     }
     s->zeroed = s->state == PM_SPAN_RETURNED;
@@ -342,6 +391,7 @@ static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
 {
     size_t lead = start - s->page;
     if (lead) {
+        pm_age_t age = age_of(s);
         list_remove(s);
         pm_span_t *head = spare_get_locked();
         head->page = s->page;
@@ -351,8 +401,11 @@ static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
         s->npages -= lead;
         mark_ends(head);
         list_insert(head);
+        int placed = age_restore(head, age, n);
         mark_ends(s);
         list_insert(s);
+        if (placed && s->state == PM_SPAN_FREE) age.older = head; /* right after it */
+        age_restore(s, age, 0); /* carve_locked passes it on */
     }
     carve_locked(s, n);
 }
@@ -448,7 +501,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     if (take && pm_relaxed_load(&ph.nspare) >= 2) {
         carve_at_locked(s, page, n);
         *take = s;
-        (void)recent_peak_locked();
+        note_cut_locked(s, ph.free_pages[KIND_FREE]);
         k = pick_for_growth_locked(picked, n);
     }
     pm_unlock(&ph.lock);
@@ -588,8 +641,9 @@ pm_span_t *pm_pageheap_alloc(size_t n)
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             pm_span_t *s = best_fit_locked(n);
             if (s) {
+                uint64_t free_before = ph.free_pages[KIND_FREE];
                 carve_locked(s, n);
-                (void)recent_peak_locked();
+                note_cut_locked(s, free_before);
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -630,8 +684,9 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
             if (!s && (s = best_fit_locked(n + align - 1)))
                 at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
             if (s) {
+                uint64_t free_before = ph.free_pages[KIND_FREE];
                 carve_at_locked(s, at, n);
-                (void)recent_peak_locked();
+                note_cut_locked(s, free_before);
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -692,12 +747,14 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     pm_span_t *t = pm_pagemap_span(s->page + s->npages);
     if (t && t->page == s->page + s->npages && t->npages >= need &&
         (t->state == PM_SPAN_FREE || t->state == PM_SPAN_RETURNED)) {
+        pm_age_t age = age_of(t);
         list_remove(t);
         if (t->npages > need) { /* the rest stays free, in the same struct */
             t->page += need;
             t->npages -= need;
             mark_ends(t);
             list_insert(t);
+            age_restore(t, age, need);
         } else {
             spare_put_locked(t);
         }
@@ -983,23 +1040,51 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
     out[(*k)++] = s;
 }
 
+/* Picks FREE span s, or only its last `most` pages when it is longer and
+ * a span struct is on hand (s keeps the rest, and its age); returns the
+ * pages picked. */
+static uint64_t pick_most(pm_span_t *s, pm_span_t **out, size_t *k, int absorb, uint64_t most)
+{
+    uint64_t n = s->npages;
+    if (n <= most || !ph.spare) {
+        pick(s, out, k, absorb);
+        return n;
+    }
+    pm_age_t age = age_of(s);
+    list_remove(s);
+    pm_span_t *t = spare_get_locked();
+    s->npages -= most;
+    t->page = s->page + s->npages;
+    t->npages = most;
+    t->state = PM_SPAN_FREE;
+    mark_ends(s);
+    list_insert(s);
+    age_restore(s, age, 0);
+    mark_ends(t);
+    list_insert(t);
+    pick(t, out, k, 0);
+    return most;
+}
+
 /* Chooses spans to return: those free for longer than the decay time,
- * then the longest ones while more than keep_pages stay resident.  Without
- * `force`, within PM_DECAY_NS of a refused release only runs long enough
- * to be unmapped (munmap works where madvise is refused: mlock). */
-static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force)
+ * then the longest ones while more than keep_pages stay resident, at most
+ * `budget` pages (0: no bound).  Without `force`, within PM_DECAY_NS of a
+ * refused release only runs long enough to be unmapped (munmap works
+ * where madvise is refused: mlock). */
+static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force, uint64_t budget)
 {
     size_t k = 0;
+    uint64_t left = budget ? budget : UINT64_MAX;
     int gated = !force && ph.now < ph.retry_ns;
-    while (!gated && k < RELEASE_BATCH && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
-        pick(ph.oldest, out, &k, force);
-    for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
+    while (!gated && k < RELEASE_BATCH && left && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
+        left -= pick_most(ph.oldest, out, &k, force, left);
+    for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH && left; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
         if (gated && idx && idx < UNMAP_PAGES) break;
-        while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH &&
+        while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH && left &&
                ph.free_pages[KIND_FREE] > keep_pages)
-            pick(ph.lists[KIND_FREE][idx], out, &k, force);
+            left -= pick_most(ph.lists[KIND_FREE][idx], out, &k, force, left);
     }
     return k;
 }
@@ -1033,10 +1118,37 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     return stayed;
 }
 
+/* Rule 3's cap without the recent peak: PROFMALLOC_RELEASE_BYTES, or half
+ * the pages in use when more and the option is unset. */
+static uint64_t base_limit_locked(uint64_t in_use)
+{
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
+    return limit;
+}
+
+/* Whether rule 3 keeps free pages up to the recent peak in use now. */
+static inline int retaining(void) { return ph.now < pm_relaxed_load(&ph.retain_until); }
+
+/* s was just cut for an allocation, from fresh or released pages (zeroed)
+ * or from resident free ones, the free pages being free_before.  Faulting
+ * pages in within a second of rule 3 sending free ones back is what a
+ * program that makes again what it frees looks like: rule 3 keeps up to the
+ * recent peak for PM_RETAIN_NS, and for as long after as allocations reuse
+ * the pages it kept beyond its cap without the peak. */
+static void note_cut_locked(const pm_span_t *s, uint64_t free_before)
+{
+    (void)recent_peak_locked();
+    if (pm_options.release_bytes_set) return;
+    if (s->zeroed ? ph.now < ph.capped_ns + PM_DECAY_NS
+                  : retaining() && free_before > base_limit_locked(in_use_locked()))
+        pm_relaxed_store(&ph.retain_until, ph.now + PM_RETAIN_NS);
+}
+
 /* Rules 1 and 3, and the look for long-unused released runs, under the
  * lock with the clock noted: picks what goes back to the OS into picked
  * (*k) and stale (*nstale), for release_both once the lock is dropped. */
-static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale)
+static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale, uint64_t budget)
 {
     uint64_t in_use = in_use_locked(), peak = recent_peak_locked();
     /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
@@ -1044,24 +1156,27 @@ static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_
      * nearly every freed block back to the OS, and the next one faulted
      * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
      * faults against 0.5 M; 1.46 s now (doc/design.md).
-     * And with the recent peak: free pages up to what was in use a moment
-     * ago stay, so a program that frees its big blocks and makes them
-     * again (a Python loop freeing 450 MB a round) reuses them, as glibc
-     * does; rule 1 still returns whatever a second passes without reuse.
-     * Not where the address space is counted (RLIMIT_AS, strict
-     * overcommit): there the program's own mmap after a big free failed,
-     * where glibc had unmapped its chunks.
+     * And, once the program has shown that it makes again what it frees
+     * (retaining(): fresh pages faulted in within a second of a release
+     * by this rule), with the recent peak: free pages up to what was in
+     * use a moment ago stay, so a program that frees its big blocks and
+     * makes them again (a Python loop freeing 450 MB a round) reuses
+     * them, as glibc does; rule 1 still returns whatever a second passes
+     * without reuse.  Not before: a program that frees 800 MB once and
+     * sleeps kept all of it (a review).  Not where the address space is
+     * counted (RLIMIT_AS, strict overcommit): there the program's own mmap
+     * after a big free failed, where glibc had unmapped its chunks.
      * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
      * under a cgroup memory limit asked for that bound). */
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set) {
-        if (limit < in_use / 2) limit = in_use / 2;
-        if (!ph.space_counted && limit < peak - in_use) limit = peak - in_use;
-    }
+    uint64_t limit = base_limit_locked(in_use);
+    if (retaining() && !ph.space_counted && limit < peak - in_use) limit = peak - in_use;
     int over = ph.free_pages[KIND_FREE] > limit;
     *k = 0;
-    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        *k = pick_release_locked(picked, over ? limit / 2 : limit, 0);
+    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)) {
+        uint64_t before = ph.free_pages[KIND_FREE];
+        *k = pick_release_locked(picked, over ? limit / 2 : limit, 0, budget);
+        if (over && ph.free_pages[KIND_FREE] < before && !pm_options.release_bytes_set) ph.capped_ns = ph.now;
+    }
     /* released runs long unused (a block realloc moved away from): looked
      * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
     *nstale = 0;
@@ -1082,11 +1197,21 @@ static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_
     }
 }
 
+/* Whether the address space is counted (RLIMIT_AS, strict overcommit),
+ * looked at before the lock when the recent peak may be kept (else -1):
+ * a limit set after the heap stopped growing (a sandbox, a server after
+ * its start) kept the peak where the program's own mmap then failed. */
+static int space_counted_now(uint64_t now)
+{
+    return now < pm_relaxed_load(&ph.retain_until) ? pm_os_space_counted() : -1;
+}
+
 static void free_span(pm_span_t *s, int released)
 {
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
     uint64_t now = clock_now(); /* vDSO: read before the lock */
+    int counted = space_counted_now(now);
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
@@ -1100,6 +1225,7 @@ static void free_span(pm_span_t *s, int released)
     }
     pm_lock(&ph.lock);
     clock_locked(now);
+    if (counted >= 0) ph.space_counted = counted;
     if (releasing) {
         releasing_unlink_locked(s);
         if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
@@ -1109,7 +1235,7 @@ static void free_span(pm_span_t *s, int released)
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);
-    rules_locked(picked, &k, stale, &nstale);
+    rules_locked(picked, &k, stale, &nstale, 0);
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
     if (nstale) release_picked(stale, nstale);
@@ -1127,9 +1253,14 @@ void pm_pageheap_tick(void)
     pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
+    int counted = space_counted_now(now);
+    (void)reserve_spares(); /* for a long run cut to the tick's bound */
     pm_lock(&ph.lock);
     clock_locked(now);
-    rules_locked(picked, &k, stale, &nstale);
+    if (counted >= 0) ph.space_counted = counted;
+    /* at most 32 MiB a tick: one tick returned a 2 GB run at once, and a
+     * malloc(64) in another thread took 270 ms (a review) */
+    rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
     if (nstale) release_picked(stale, nstale);
@@ -1185,7 +1316,7 @@ void pm_pageheap_release_all(void)
     while (left) {
         pm_lock(&ph.lock);
         uint64_t had = ph.free_pages[KIND_FREE];
-        size_t k = pick_release_locked(picked, 0, 1);
+        size_t k = pick_release_locked(picked, 0, 1, 0);
         uint64_t took = had - ph.free_pages[KIND_FREE]; /* not the released neighbours taken along */
         pm_unlock(&ph.lock);
         if (!k) break;
@@ -1205,6 +1336,36 @@ void pm_pageheap_stats(pm_pageheap_stats_t *out)
     out->in_use = out->mapped - out->free - out->released - out->meta;
     out->contention = pm_relaxed_load(&ph.lock.contended);
     pm_unlock(&ph.lock);
+}
+
+/* Tests: the free lists and the age list agree.  0, or which check failed:
+ * 1 a listed span's state or length list is wrong, 2 the pages on the
+ * lists are not free_pages, 3 an age-list link is broken or a span on it
+ * is not FREE, 4 the age list is not oldest first, 5 it does not hold
+ * every FREE span. */
+int pm_pageheap_verify(void)
+{
+    int bad = 0;
+    uint64_t pages[2] = {0, 0}, nfree = 0, naged = 0;
+    pm_lock(&ph.lock);
+    for (int kind = KIND_FREE; kind <= KIND_RETURNED && !bad; kind++)
+        for (size_t i = 0; i <= LISTS && !bad; i++)
+            for (pm_span_t *s = ph.lists[kind][i]; s && !bad; s = s->next) {
+                if (kind_of(s) != kind || (s->state != PM_SPAN_FREE && s->state != PM_SPAN_RETURNED) ||
+                    list_index(s->npages) != i || (s->next && s->next->prev != s))
+                    bad = 1;
+                pages[kind] += s->npages;
+                nfree += kind == KIND_FREE;
+            }
+    if (!bad && (pages[0] != ph.free_pages[0] || pages[1] != ph.free_pages[1])) bad = 2;
+    for (pm_span_t *s = ph.oldest, *prev = NULL; s && !bad; prev = s, s = s->newer) {
+        if (s->state != PM_SPAN_FREE || s->older != prev || (!s->newer && ph.newest != s)) bad = 3;
+        else if (prev && prev->free_ns > s->free_ns) bad = 4;
+        if (++naged > nfree) bad = 5;
+    }
+    if (!bad && naged != nfree) bad = 5;
+    pm_unlock(&ph.lock);
+    return bad;
 }
 
 void pm_pageheap_set_max_extents(int64_t n)

@@ -130,6 +130,7 @@ int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
 void pm_pageheap_tick(void);             /* the release rules, at most 8 times a second */
 void pm_pageheap_skip_time(uint64_t ns); /* tests: the page heap's clock jumps ahead */
+int pm_pageheap_verify(void);            /* tests: 0 when the lists agree */
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;
     uint64_t meta; /* of mapped: pages turned into span structs */

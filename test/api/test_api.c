@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -685,8 +686,9 @@ static size_t rss_bytes(void) /* the process's resident set now */
  * on with small blocks: the release rules run as malloc counts bytes down
  * (its sampling countdown), not only when a span is freed.  56 MiB in
  * 8 MiB blocks, written and freed (kept: under the 64 MiB cap); a second
- * later, 16 MiB of small blocks made and freed at once; the resident set
- * must drop by 48 MiB.  Before, the freed pages stayed resident for good. */
+ * later, small blocks made and freed for half a second (a tick returns
+ * 32 MiB at most, eight ticks a second); the resident set must drop by
+ * 48 MiB.  Before, the freed pages stayed resident for good. */
 static void idle_release_child(void *arg)
 {
     (void)arg;
@@ -704,11 +706,16 @@ static void idle_release_child(void *arg)
         _exit(2);
     }
     usleep(1100 * 1000);
-    for (size_t i = 0; i < 16 * MiB / 64; i++) {
-        void *volatile p = malloc(64);
-        if (!p) _exit(3);
-        free(p);
-    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (size_t i = 0; i < 4 * MiB / 64; i++) {
+            void *volatile p = malloc(64);
+            if (!p) _exit(3);
+            free(p);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 500000000L);
     size_t after = rss_bytes();
     if (after + 48 * MiB > kept) {
         fprintf(stderr, "resident %zu MiB a second after freeing, %zu MiB before\n", after >> 20, kept >> 20);
