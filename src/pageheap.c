@@ -12,8 +12,10 @@
  * is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
  * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB; unset, also half the
- * pages in use and the recent peak in use less those in use now, when
- * more), the largest free spans are returned until half the cap is left.  Reuse within a second so costs no
+ * pages in use and, while the program is seen to make again what it frees,
+ * the recent peak in use less those in use now, when more), the largest
+ * free spans are returned until half the cap is left (32 MiB a tick at
+ * most).  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
