@@ -182,29 +182,6 @@ size_t pm_os_as_room(void)
     return room;
 }
 
-static _Atomic uint64_t overcommit_read_ns;
-static _Atomic int overcommit_strict;
-
-int pm_os_space_counted(void)
-{
-    int saved = errno;
-    struct rlimit r;
-    int counted = syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
-    uint64_t now = pm_os_monotonic_ns();
-    if (now >= pm_relaxed_load(&overcommit_read_ns)) {
-        pm_relaxed_store(&overcommit_read_ns, now + 1000000000ull);
-        char c = 0;
-        int fd = pm_os_open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC, 0);
-        if (fd >= 0) {
-            if (pm_os_read(fd, &c, 1) != 1) c = 0;
-            pm_os_close(fd);
-        }
-        pm_relaxed_store(&overcommit_strict, c == '2');
-    }
-    errno = saved;
-    return counted || pm_relaxed_load(&overcommit_strict);
-}
-
 /* ---- environment ---------------------------------------------------- */
 
 static const char *match(const char *entry, const char *name)

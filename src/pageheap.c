@@ -11,11 +11,9 @@
  * sampling countdown calls, after the clock is read and before the lock
  * is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB; unset, also half the
- * pages in use and, while the program is seen to make again what it frees,
- * the recent peak in use less those in use now, when more), the largest
- * free spans are returned until half the cap is left (32 MiB a tick at
- * most).  Reuse within a second so costs no
+ * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
+ * use when that is more and the option is unset), the largest free spans
+ * are returned until half the cap is left (32 MiB a tick at most).  Reuse within a second so costs no
  * page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
@@ -37,7 +35,6 @@
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
 #define PM_DECAY_NS 1000000000ull
-#define PM_RETAIN_NS (10 * PM_DECAY_NS) /* see note_cut_locked */
 #define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 /* A free run at least this long goes back to the OS with munmap instead of
  * madvise, so its address space and its commit charge go too (as glibc
@@ -79,13 +76,8 @@ static struct {
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
-    uint64_t peak_cur, peak_prev; /* most pages in use in this window and the last */
-    uint64_t peak_ns;            /* when this window began (each is PM_DECAY_NS) */
-    uint64_t capped_ns;          /* when rule 3 last sent free pages back */
-    _Atomic uint64_t retain_until; /* rule 3 keeps up to the recent peak before this */
     _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
-    int space_counted;           /* RLIMIT_AS or strict overcommit, as of the last growth */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 /* The page heap's clock: read before the lock (vDSO), noted under it, so
@@ -192,23 +184,6 @@ static uint64_t in_use_locked(void)
 {
     return ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
            ph.releasing_pages - ph.meta_pages;
-}
-
-/* The most pages in use over the last one to two PM_DECAY_NS, noted on
- * every allocation and free (in use only grows on allocation).  Two
- * windows, so the peak a moment ago is never forgotten at a boundary.
- * After two windows with no operation the heap sat still: the pages in use
- * now are all it remembers. */
-static uint64_t recent_peak_locked(void)
-{
-    uint64_t in_use = in_use_locked(), age = ph.now - ph.peak_ns;
-    if (age >= PM_DECAY_NS) {
-        ph.peak_prev = age >= 2 * PM_DECAY_NS ? in_use : ph.peak_cur;
-        ph.peak_cur = in_use;
-        ph.peak_ns = ph.now;
-    }
-    if (in_use > ph.peak_cur) ph.peak_cur = in_use;
-    return ph.peak_cur > ph.peak_prev ? ph.peak_cur : ph.peak_prev;
 }
 
 /* ---- span structs ----------------------------------------------------- */
@@ -332,7 +307,6 @@ static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
-static void note_cut_locked(const pm_span_t *s, uint64_t free_before);
 
 static pm_span_t *best_fit_locked(size_t n)
 {
@@ -468,7 +442,6 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * own pages (a review: aligned_alloc(64 MiB, 1 MiB) with 100 MiB left
      * and aligned_alloc(16 MiB, 16 KiB) with 17 MiB left failed; glibc
      * maps about the alignment) */
-    int counted = pm_os_space_counted(); /* before the map: it is a limit's room we look at */
     size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
     void *mem = NULL;
     for (int i = 0; i < 3 && !mem; i++)
@@ -485,7 +458,6 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     clock_locked(now);
-    ph.space_counted = counted;
     if (!ph.spare) {
         pm_unlock(&ph.lock);
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
@@ -503,7 +475,6 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     if (take && pm_relaxed_load(&ph.nspare) >= 2) {
         carve_at_locked(s, page, n);
         *take = s;
-        note_cut_locked(s, ph.free_pages[KIND_FREE]);
         k = pick_for_growth_locked(picked, n);
     }
     pm_unlock(&ph.lock);
@@ -643,9 +614,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             pm_span_t *s = best_fit_locked(n);
             if (s) {
-                uint64_t free_before = ph.free_pages[KIND_FREE];
                 carve_locked(s, n);
-                note_cut_locked(s, free_before);
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -686,9 +655,7 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
             if (!s && (s = best_fit_locked(n + align - 1)))
                 at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
             if (s) {
-                uint64_t free_before = ph.free_pages[KIND_FREE];
                 carve_at_locked(s, at, n);
-                note_cut_locked(s, free_before);
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
                 pm_unlock(&ph.lock);
@@ -763,7 +730,6 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
         s->npages = n;
         s->zeroed = 0;
         mark_ends(s);
-        (void)recent_peak_locked();
         ok = 1;
     }
     pm_unlock(&ph.lock);
@@ -800,7 +766,6 @@ static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
     s->npages = n;
     s->zeroed = 0;
     mark_ends(s);
-    (void)recent_peak_locked();
     pm_unlock(&ph.lock);
 }
 
@@ -1120,65 +1085,27 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     return stayed;
 }
 
-/* Rule 3's cap without the recent peak: PROFMALLOC_RELEASE_BYTES, or half
- * the pages in use when more and the option is unset. */
-static uint64_t base_limit_locked(uint64_t in_use)
-{
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
-    return limit;
-}
-
-/* Whether rule 3 keeps free pages up to the recent peak in use now. */
-static inline int retaining(void) { return ph.now < pm_relaxed_load(&ph.retain_until); }
-
-/* s was just cut for an allocation, from fresh or released pages (zeroed)
- * or from resident free ones, the free pages being free_before.  Faulting
- * pages in within a second of rule 3 sending free ones back is what a
- * program that makes again what it frees looks like: rule 3 keeps up to the
- * recent peak for PM_RETAIN_NS, and for as long after as allocations reuse
- * the pages it kept beyond its cap without the peak. */
-static void note_cut_locked(const pm_span_t *s, uint64_t free_before)
-{
-    (void)recent_peak_locked();
-    if (pm_options.release_bytes_set) return;
-    if (s->zeroed ? ph.now < ph.capped_ns + PM_DECAY_NS
-                  : retaining() && free_before > base_limit_locked(in_use_locked()))
-        pm_relaxed_store(&ph.retain_until, ph.now + PM_RETAIN_NS);
-}
-
 /* Rules 1 and 3, and the look for long-unused released runs, under the
  * lock with the clock noted: picks what goes back to the OS into picked
  * (*k) and stale (*nstale), for release_both once the lock is dropped. */
 static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale, uint64_t budget)
 {
-    uint64_t in_use = in_use_locked(), peak = recent_peak_locked();
+    uint64_t in_use = in_use_locked();
     /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
      * 64 MiB under a heap of 1 GB of big blocks replaced at random sent
      * nearly every freed block back to the OS, and the next one faulted
      * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
      * faults against 0.5 M; 1.46 s now (doc/design.md).
-     * And, once the program has shown that it makes again what it frees
-     * (retaining(): fresh pages faulted in within a second of a release
-     * by this rule), with the recent peak: free pages up to what was in
-     * use a moment ago stay, so a program that frees its big blocks and
-     * makes them again (a Python loop freeing 450 MB a round) reuses
-     * them, as glibc does; rule 1 still returns whatever a second passes
-     * without reuse.  Not before: a program that frees 800 MB once and
-     * sleeps kept all of it (a review).  Not where the address space is
-     * counted (RLIMIT_AS, strict overcommit): there the program's own mmap
-     * after a big free failed, where glibc had unmapped its chunks.
      * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
-     * under a cgroup memory limit asked for that bound). */
-    uint64_t limit = base_limit_locked(in_use);
-    if (retaining() && !ph.space_counted && limit < peak - in_use) limit = peak - in_use;
+     * under a cgroup memory limit asked for that bound).  Keeping free
+     * pages up to the recent peak once the program was seen to make again
+     * what it frees was tried and taken out (doc/design.md). */
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
     int over = ph.free_pages[KIND_FREE] > limit;
     *k = 0;
-    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)) {
-        uint64_t before = ph.free_pages[KIND_FREE];
+    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
         *k = pick_release_locked(picked, over ? limit / 2 : limit, 0, budget);
-        if (over && ph.free_pages[KIND_FREE] < before && !pm_options.release_bytes_set) ph.capped_ns = ph.now;
-    }
     /* released runs long unused (a block realloc moved away from): looked
      * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
     *nstale = 0;
@@ -1199,21 +1126,11 @@ static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_
     }
 }
 
-/* Whether the address space is counted (RLIMIT_AS, strict overcommit),
- * looked at before the lock when the recent peak may be kept (else -1):
- * a limit set after the heap stopped growing (a sandbox, a server after
- * its start) kept the peak where the program's own mmap then failed. */
-static int space_counted_now(uint64_t now)
-{
-    return now < pm_relaxed_load(&ph.retain_until) ? pm_os_space_counted() : -1;
-}
-
 static void free_span(pm_span_t *s, int released)
 {
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
     uint64_t now = clock_now(); /* vDSO: read before the lock */
-    int counted = space_counted_now(now);
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
@@ -1227,7 +1144,6 @@ static void free_span(pm_span_t *s, int released)
     }
     pm_lock(&ph.lock);
     clock_locked(now);
-    if (counted >= 0) ph.space_counted = counted;
     if (releasing) {
         releasing_unlink_locked(s);
         if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
@@ -1255,11 +1171,9 @@ void pm_pageheap_tick(void)
     pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
-    int counted = space_counted_now(now);
     (void)reserve_spares(); /* for a long run cut to the tick's bound */
     pm_lock(&ph.lock);
     clock_locked(now);
-    if (counted >= 0) ph.space_counted = counted;
     /* at most 32 MiB a tick: one tick returned a 2 GB run at once, and a
      * malloc(64) in another thread took 270 ms (a review) */
     rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);

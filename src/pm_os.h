@@ -40,9 +40,6 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
 int pm_os_release(void *addr, size_t size);
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
 size_t pm_os_as_room(void);        /* RLIMIT_AS less the size mapped; SIZE_MAX: no limit */
-/* 1 when address space kept mapped costs the process: RLIMIT_AS is set or
- * vm.overcommit_memory is 2 (the latter read at most once a second). */
-int pm_os_space_counted(void);
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
  * Returns NULL when unset.  pm_os_secure() is true in setuid/setgid

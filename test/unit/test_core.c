@@ -1097,51 +1097,23 @@ static void test_pageheap_release_all(void **state)
  * half the pages in use stay free and resident, so a program replacing big
  * blocks at random reuses them without faulting them in again.  With a
  * fixed 64 MiB cap, the 96 MiB freed here went back down to 24 MiB (spans go
- * whole).  And up to the recent peak in use: a program that frees most of
- * its blocks and makes them again a moment later reuses them too.  A
- * PROFMALLOC_RELEASE_BYTES given by the user stays a fixed cap.
- * `settle`: the clock jumps 2.5 s before the frees, so the recent peak is
- * only what is in use then (the cap's half-in-use part alone).
+ * whole).  A PROFMALLOC_RELEASE_BYTES given by the user stays a fixed cap.
  * Every span is freed before the checks, so a failure leaves no 416 MiB in
  * use for the tests that follow. */
-enum { PLAIN, SETTLE, LEARN };
-
-/* The program shows that it makes again what it frees: 192 MiB freed (rule
- * 3 sends all but 32 MiB back), then made again within the second, from
- * pages faulted in afresh. */
-static void learn_reuse(void)
-{
-    enum { BIG = 8 << 20, N = 24 };
-    pm_span_t *s[N];
-    for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < N; i++) assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
-        for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
-    }
-}
-
-/* Rule 3 keeps the recent peak for 10 s after the program last showed it,
- * and learns from releases a second old at most: the clock jumps past
- * both. */
-static void forget_reuse(void) { pm_pageheap_skip_time(11000000000ull); }
-
-static size_t cap_kept(int fixed, int freed, int mode) /* resident free bytes kept */
+static size_t cap_kept(int fixed, int freed) /* resident free bytes kept */
 {
     enum { BIG = 8 << 20, N = 64 };
     pm_options_t saved = pm_options;
     pm_options.release_bytes_set = fixed;
-    forget_reuse(); /* whatever the tests before did */
-    if (mode == LEARN) learn_reuse();
     pm_pageheap_release_all();
     pm_span_t *s[N];
     int got = 0;
     while (got < N && (s[got] = pm_pageheap_alloc(BIG / PAGE)) != NULL) got++; /* never touched */
-    if (mode == SETTLE) pm_pageheap_skip_time(2500000000ull);
     for (int i = 0; i < freed && i < got; i++) pm_pageheap_free(s[i]);
     pm_pageheap_stats_t mid = ph_stats();
     for (int i = freed; i < got; i++) pm_pageheap_free(s[i]);
     pm_pageheap_release_all();
     pm_options = saved;
-    if (mode == LEARN) forget_reuse();
     assert_int_equal(got, N);
     return mid.free;
 }
@@ -1149,18 +1121,12 @@ static size_t cap_kept(int fixed, int freed, int mode) /* resident free bytes ke
 static void test_pageheap_release_cap_grows_with_heap(void **state)
 {
     (void)state;
-    /* 96 MiB free against 416 MiB in use, the peak long past: all of it
-     * kept (half the pages in use) */
-    assert_true(cap_kept(0, 12, SETTLE) >= (size_t)12 << 23);
+    /* 96 MiB free against 416 MiB in use: all of it kept */
+    assert_true(cap_kept(0, 12) >= (size_t)12 << 23);
     /* the same with the 64 MiB given: down to half of it */
-    assert_true(cap_kept(1, 12, SETTLE) <= (size_t)64 << 20);
-    /* most of it freed at once (96 MiB left in use) by a program not seen
-     * making again what it frees: the cap is 64 MiB */
-    assert_true(cap_kept(0, 52, PLAIN) <= (size_t)64 << 20);
-    /* by one that was: the recent peak keeps all 416 MiB */
-    assert_true(cap_kept(0, 52, LEARN) >= (size_t)52 << 23);
-    /* ... unless the 64 MiB was given */
-    assert_true(cap_kept(1, 52, LEARN) <= (size_t)64 << 20);
+    assert_true(cap_kept(1, 12) <= (size_t)64 << 20);
+    /* and once most of it is free (96 MiB left in use) the cap is 64 MiB again */
+    assert_true(cap_kept(0, 52) <= (size_t)64 << 20);
 }
 
 /* The release rules run as the program allocates (pm_pageheap_tick, from
@@ -1178,7 +1144,7 @@ static void test_pageheap_tick_releases(void **state)
         memset(page_ptr(s[i]->page), 1, BIG);
     }
     for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
-    assert_true(ph_stats().free >= (size_t)N * BIG); /* kept: the recent peak */
+    assert_true(ph_stats().free >= (size_t)N * BIG); /* kept: under the cap */
     pm_pageheap_tick();
     assert_true(ph_stats().free >= (size_t)N * BIG); /* young: still kept */
     pm_pageheap_skip_time(1100000000ull);
@@ -1193,7 +1159,7 @@ static void test_pageheap_tick_bounded(void **state)
 {
     (void)state;
     enum { RUN = 6144 }; /* 48 MiB: under the 64 MiB cap, so kept */
-    forget_reuse();
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
     pm_pageheap_release_all();
     pm_span_t *s = pm_pageheap_alloc(RUN);
     assert_non_null(s);
@@ -1217,7 +1183,7 @@ static void test_pageheap_cut_keeps_age(void **state)
 {
     (void)state;
     enum { RUN = 512 };
-    forget_reuse();
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
     pm_pageheap_release_all(); /* nothing else FREE: the page is cut from the run */
     pm_span_t *s = pm_pageheap_alloc(RUN);
     assert_non_null(s);
@@ -1250,7 +1216,7 @@ static void test_pageheap_random_ops_agree(void **state)
     enum { SLOTS = 64, OPS = 20000 };
     pm_span_t *s[SLOTS] = {0};
     uint64_t x = 0x9E3779B97F4A7C15ull;
-    forget_reuse();
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
     for (int op = 0; op < OPS; op++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int i = (int)(x % SLOTS), what = (int)((x >> 8) % 16);
@@ -1279,37 +1245,10 @@ static void test_pageheap_random_ops_agree(void **state)
     for (int i = 0; i < SLOTS; i++)
         if (s[i]) pm_pageheap_free(s[i]);
     assert_int_equal(pm_pageheap_verify(), 0);
-    forget_reuse();
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
     pm_pageheap_release_all();
 }
 
-/* The recent peak is kept only where address space costs nothing: a limit
- * set after the heap stopped growing is seen when the pages are freed (a
- * review: a heap of 600 MB, then RLIMIT_AS, frees, and the program's own
- * mmap(500 MB) failed where glibc and the build before succeeded). */
-static void test_pageheap_peak_not_under_rlimit(void **state)
-{
-    (void)state;
-    enum { BIG = 8 << 20, N = 40 };
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        forget_reuse();
-        learn_reuse();
-        pm_span_t *s[N];
-        for (int i = 0; i < N; i++)
-            if (!(s[i] = pm_pageheap_alloc(BIG / PAGE))) _exit(1);
-        struct rlimit rl = {vm_size_now() + (64u << 20), RLIM_INFINITY};
-        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
-        for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
-        /* 320 MiB freed: down to half the 64 MiB cap, not kept to the peak */
-        _exit(ph_stats().free <= (64u << 20) ? 0 : 3);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-}
 
 /* A free run of 1 MiB or more goes back with munmap (its address space and
  * commit charge with it).  After the hole, the heap still allocates,
@@ -3490,7 +3429,6 @@ int main(void)
         cmocka_unit_test(test_pageheap_tick_releases),
         cmocka_unit_test(test_pageheap_tick_bounded),
         cmocka_unit_test(test_pageheap_cut_keeps_age),
-        cmocka_unit_test(test_pageheap_peak_not_under_rlimit),
         cmocka_unit_test(test_pageheap_random_ops_agree),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_decay_unmaps),
