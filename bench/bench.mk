@@ -25,8 +25,13 @@ TARGETS_ARGS ?=
 .PHONY: bench-run bench-quick bench-progs bench-targets bench-real
 BENCH_TARGETS += bench-run
 
-# pythreads and pyrounds are Python scripts (bench/*.py), installed executable
-BENCH_PY := $(BENCH_BIN)/pythreads $(BENCH_BIN)/pyrounds
+# pythreads and pyrounds are Python scripts (bench/*.py), installed executable,
+# with the module they share beside them
+BENCH_PY := $(BENCH_BIN)/pythreads $(BENCH_BIN)/pyrounds $(BENCH_BIN)/pybench.py
+
+$(BENCH_BIN)/pybench.py: bench/pybench.py
+	@mkdir -p $(BENCH_BIN)
+	install -m 644 $< $@
 
 bench-progs: $(BENCH_EXES) $(BENCH_PY) $(BENCH_CEILING)
 

@@ -27,25 +27,16 @@ import resource
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pybench  # noqa: E402 (bench/pybench.py, installed beside the scripts)
+
 
 def die(msg):
-    sys.stderr.write("pyrounds: FAIL: " + msg + "\n")
-    sys.exit(1)
+    pybench.die("pyrounds", msg)
 
 
 def parse(argv):
-    opts = {"-r": 6, "-s": 1}
-    i = 0
-    while i < len(argv):
-        if argv[i] not in opts or i + 1 >= len(argv):
-            die("usage: pyrounds [-r rounds] [-s seed]")
-        try:
-            opts[argv[i]] = int(argv[i + 1])
-        except ValueError:
-            die("%s needs a number, not %r" % (argv[i], argv[i + 1]))
-        if opts[argv[i]] < 1:
-            die("%s must be at least 1" % argv[i])
-        i += 2
+    opts = pybench.parse("pyrounds", argv, {"-r": 6, "-s": 1}, "[-r rounds] [-s seed]")
     return opts["-r"], opts["-s"]
 
 
@@ -70,18 +61,8 @@ def one_round(r):
         die("dict or list lost its contents")
 
 
-def peak_rss_kb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
 def main():
-    if os.environ.get("PYTHONMALLOC") != "malloc":
-        env = dict(os.environ, PYTHONMALLOC="malloc")
-        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+    pybench.with_malloc(__file__)
     rounds, seed = parse(sys.argv[1:])
     r = random.Random(seed)
     t0 = time.perf_counter()
@@ -90,7 +71,7 @@ def main():
     secs = time.perf_counter() - t0
     flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     print("workload=pyrounds threads=1 ops=%d seconds=%.6f ns_per_op=%.2f mops=%.6f peak_rss_kb=%d minflt=%d"
-          % (rounds, secs, secs * 1e9 / rounds, rounds / secs / 1e6, peak_rss_kb(), flt))
+          % (rounds, secs, secs * 1e9 / rounds, rounds / secs / 1e6, pybench.peak_rss_kb(), flt))
 
 
 main()

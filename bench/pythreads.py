@@ -27,25 +27,16 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pybench  # noqa: E402 (bench/pybench.py, installed beside the scripts)
+
 
 def die(msg):
-    sys.stderr.write("pythreads: FAIL: " + msg + "\n")
-    sys.exit(1)
+    pybench.die("pythreads", msg)
 
 
 def parse(argv):
-    opts = {"-t": 4, "-n": 6000, "-s": 1}
-    i = 0
-    while i < len(argv):
-        if argv[i] not in opts or i + 1 >= len(argv):
-            die("usage: pythreads [-t threads] [-n steps_per_thread] [-s seed]")
-        try:
-            opts[argv[i]] = int(argv[i + 1])
-        except ValueError:
-            die("%s needs a number, not %r" % (argv[i], argv[i + 1]))
-        if opts[argv[i]] < 1:
-            die("%s must be at least 1" % argv[i])
-        i += 2
+    opts = pybench.parse("pythreads", argv, {"-t": 4, "-n": 6000, "-s": 1}, "[-t threads] [-n steps_per_thread] [-s seed]")
     return opts["-t"], opts["-n"], opts["-s"]
 
 
@@ -61,18 +52,8 @@ def work(seed, steps, out, idx):
     out[idx] = back == {str(k): v for k, v in d.items()}
 
 
-def peak_rss_kb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
 def main():
-    if os.environ.get("PYTHONMALLOC") != "malloc":
-        env = dict(os.environ, PYTHONMALLOC="malloc")
-        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+    pybench.with_malloc(__file__)
     nthreads, steps, seed = parse(sys.argv[1:])
     ok = [False] * nthreads
     threads = [threading.Thread(target=work, args=(seed * 1000003 + i, steps, ok, i))
@@ -87,7 +68,7 @@ def main():
         die("a dict did not survive its JSON round trip")
     ops = nthreads * steps
     print("workload=pythreads threads=%d ops=%d seconds=%.6f ns_per_op=%.2f mops=%.3f peak_rss_kb=%d"
-          % (nthreads, ops, secs, secs * 1e9 / ops, ops / secs / 1e6, peak_rss_kb()))
+          % (nthreads, ops, secs, secs * 1e9 / ops, ops / secs / 1e6, pybench.peak_rss_kb()))
 
 
 main()
