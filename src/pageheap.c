@@ -13,8 +13,8 @@
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
  * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
  * use when that is more and the option is unset), the largest free spans
- * are returned until half the cap is left (32 MiB a tick at most).  Reuse within a second so costs no
- * page faults, and an idle heap shrinks.  malloc_trim(0) returns
+ * are returned until half the cap is left (32 MiB a tick at most).  Reuse
+ * within a second so costs no page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
  * once while released pages outnumber those in use; so is a run of any
@@ -341,11 +341,10 @@ static pm_span_t *best_fit_locked(size_t n)
     return NULL;
 }
 
-/* Takes n pages from the front of free span s, returning the rest. */
-static void carve_locked(pm_span_t *s, size_t n)
+/* Takes n pages from the front of s, a free span already off the lists
+ * whose age was `age`, returning the rest. */
+static void cut_front_locked(pm_span_t *s, size_t n, pm_age_t age)
 {
-    pm_age_t age = age_of(s);
-    list_remove(s);
     if (s->npages > n) {
         pm_span_t *rest = spare_get_locked();
         rest->page = s->page + n;
@@ -361,14 +360,22 @@ static void carve_locked(pm_span_t *s, size_t n)
     mark_ends(s);
 }
 
+/* Takes n pages from the front of free span s, returning the rest. */
+static void carve_locked(pm_span_t *s, size_t n)
+{
+    pm_age_t age = age_of(s);
+    list_remove(s);
+    cut_front_locked(s, n, age);
+}
+
 /* Takes the n pages at `start` (inside free span s) and returns the pages
  * before and after them as free spans of s's state.  Needs two spares. */
 static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
 {
+    pm_age_t age = age_of(s);
+    list_remove(s);
     size_t lead = start - s->page;
     if (lead) {
-        pm_age_t age = age_of(s);
-        list_remove(s);
         pm_span_t *head = spare_get_locked();
         head->page = s->page;
         head->npages = lead;
@@ -377,13 +384,9 @@ static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
         s->npages -= lead;
         mark_ends(head);
         list_insert(head);
-        int placed = age_restore(head, age, n);
-        mark_ends(s);
-        list_insert(s);
-        if (placed && s->state == PM_SPAN_FREE) age.older = head; /* right after it */
-        age_restore(s, age, 0); /* carve_locked passes it on */
+        if (age_restore(head, age, n)) age.older = head; /* the rest right after it */
     }
-    carve_locked(s, n);
+    cut_front_locked(s, n, age);
 }
 
 /* Spans an aligned search looks at before it gives up. */
@@ -1085,6 +1088,12 @@ static size_t release_picked(pm_span_t **picked, size_t k)
     return stayed;
 }
 
+static void release_both(pm_span_t **picked, size_t k, pm_span_t **stale, size_t nstale)
+{
+    if (k) release_picked(picked, k);
+    if (nstale) release_picked(stale, nstale);
+}
+
 /* Rules 1 and 3, and the look for long-unused released runs, under the
  * lock with the clock noted: picks what goes back to the OS into picked
  * (*k) and stale (*nstale), for release_both once the lock is dropped. */
@@ -1155,8 +1164,7 @@ static void free_span(pm_span_t *s, int released)
     coalesce_insert_locked(s);
     rules_locked(picked, &k, stale, &nstale, 0);
     pm_unlock(&ph.lock);
-    if (k) release_picked(picked, k);
-    if (nstale) release_picked(stale, nstale);
+    release_both(picked, k, stale, nstale);
 }
 
 /* The rules also run as the program allocates (each thread's sampling
@@ -1178,11 +1186,10 @@ void pm_pageheap_tick(void)
      * malloc(64) in another thread took 270 ms (a review) */
     rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);
     pm_unlock(&ph.lock);
-    if (k) release_picked(picked, k);
-    if (nstale) release_picked(stale, nstale);
+    release_both(picked, k, stale, nstale);
 }
 
-void pm_pageheap_skip_time(uint64_t ns) { pm_relaxed_store(&ph.skew_ns, pm_relaxed_load(&ph.skew_ns) + ns); }
+void pm_pageheap_skip_time(uint64_t ns) { pm_relaxed_add(&ph.skew_ns, ns); }
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 

@@ -844,33 +844,40 @@ static size_t vm_size_now(void)
     return kb << 10;
 }
 
+/* Runs fn in a child (child_stderr.h), which must exit with status 0. */
+static void expect_child_ok(void (*fn)(void *))
+{
+    char out[256];
+    int status = run_in_child(fn, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* Past the bound on holes, a growth that RLIMIT_AS refuses still gets the
  * free runs between blocks back: a hole is better than ENOMEM (a review:
  * with the bound reached, malloc(250 MiB) failed beside a free 200 MiB run
  * that glibc gave back).  Blocks c, e, f of 200 MiB, e between the other
  * two; a limit 100 MiB above; e freed; malloc(250 MiB). */
+static void bound_yields_child(void *arg)
+{
+    (void)arg;
+    pm_pageheap_set_max_extents(pm_pageheap_extents()); /* reached */
+    char *c = pm_malloc(200u << 20), *e = pm_malloc(200u << 20), *f = pm_malloc(200u << 20);
+    if (!c || !e || !f) _exit(1);
+    c[0] = e[0] = f[0] = 1;
+    uintptr_t lo = (uintptr_t)(c < f ? c : f), hi = (uintptr_t)(c < f ? f : c);
+    if ((uintptr_t)e < lo || (uintptr_t)e > hi) _exit(0); /* not between: nothing to show */
+    struct rlimit rl = {vm_size_now() + (100u << 20), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
+    pm_free(e);
+    char *g = pm_malloc(250u << 20);
+    _exit(g ? 0 : 3);
+}
+
 static void test_pageheap_bound_yields_to_rlimit(void **state)
 {
     (void)state;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        pm_pageheap_set_max_extents(pm_pageheap_extents()); /* reached */
-        char *c = pm_malloc(200u << 20), *e = pm_malloc(200u << 20), *f = pm_malloc(200u << 20);
-        if (!c || !e || !f) _exit(1);
-        c[0] = e[0] = f[0] = 1;
-        uintptr_t lo = (uintptr_t)(c < f ? c : f), hi = (uintptr_t)(c < f ? f : c);
-        if ((uintptr_t)e < lo || (uintptr_t)e > hi) _exit(0); /* not between: nothing to show */
-        struct rlimit rl = {vm_size_now() + (100u << 20), RLIM_INFINITY};
-        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
-        pm_free(e);
-        char *g = pm_malloc(250u << 20);
-        _exit(g ? 0 : 3);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    expect_child_ok(bound_yields_child);
 }
 
 /* A growth that RLIMIT_AS refuses gives back the long resident free runs
@@ -881,35 +888,33 @@ static void test_pageheap_bound_yields_to_rlimit(void **state)
  * between three released ones of 120, a limit 900 pages above, and a
  * request for 1000: the growth's check wants 1000 + 640 (two page-map
  * leaves), which the long runs alone (400) do not make up. */
+static void give_back_child(void *arg)
+{
+    (void)arg;
+    enum { R = 120, F = 200, ROOM = 900, WANT = 1000 };
+    pm_pageheap_release_all(); /* nothing FREE: the pieces below are cut from one run */
+    pm_span_t *run = pm_pageheap_alloc(2 + 3 * R + 2 * F);
+    if (!run) _exit(1);
+    uintptr_t page = run->page;
+    pm_pageheap_free(run); /* the only FREE run: cut in order */
+    pm_span_t *g0 = pm_pageheap_alloc(1), *r[3], *f[2];
+    for (int i = 0; i < 3; i++) {
+        r[i] = pm_pageheap_alloc(R);
+        if (i < 2) f[i] = pm_pageheap_alloc(F);
+    }
+    pm_span_t *g1 = pm_pageheap_alloc(1);
+    if (!g0 || !g1 || g0->page != page || g1->page != page + 1 + 3 * R + 2 * F) _exit(2);
+    for (int i = 0; i < 3; i++) pm_pageheap_free_released(r[i]);
+    for (int i = 0; i < 2; i++) pm_pageheap_free(f[i]);
+    struct rlimit rl = {vm_size_now() + (size_t)ROOM * PAGE, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    _exit(pm_pageheap_alloc(WANT) ? 0 : 4);
+}
+
 static void test_pageheap_give_back_counts_neighbours(void **state)
 {
     (void)state;
-    enum { R = 120, F = 200, ROOM = 900, WANT = 1000 };
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        pm_pageheap_release_all(); /* nothing FREE: the pieces below are cut from one run */
-        pm_span_t *run = pm_pageheap_alloc(2 + 3 * R + 2 * F);
-        if (!run) _exit(1);
-        uintptr_t page = run->page;
-        pm_pageheap_free(run); /* the only FREE run: cut in order */
-        pm_span_t *g0 = pm_pageheap_alloc(1), *r[3], *f[2];
-        for (int i = 0; i < 3; i++) {
-            r[i] = pm_pageheap_alloc(R);
-            if (i < 2) f[i] = pm_pageheap_alloc(F);
-        }
-        pm_span_t *g1 = pm_pageheap_alloc(1);
-        if (!g0 || !g1 || g0->page != page || g1->page != page + 1 + 3 * R + 2 * F) _exit(2);
-        for (int i = 0; i < 3; i++) pm_pageheap_free_released(r[i]);
-        for (int i = 0; i < 2; i++) pm_pageheap_free(f[i]);
-        struct rlimit rl = {vm_size_now() + (size_t)ROOM * PAGE, RLIM_INFINITY};
-        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-        _exit(pm_pageheap_alloc(WANT) ? 0 : 4);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    expect_child_ok(give_back_child);
 }
 
 /* A free run left between two holes (both neighbours unmapped) goes back
