@@ -68,7 +68,7 @@ typedef struct record {
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
-#define FIRST_HEADS 64
+#define FIRST_HEADS 8 /* 64 bytes: most of the 16 shards hold a few records */
 
 typedef struct shard {
     pm_lock_t lock;

@@ -13,9 +13,11 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <fcntl.h>
+#include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -702,14 +704,36 @@ static void rule_from_fde(uintptr_t pc, const fde_t *fp, uintptr_t dbase, frame_
  *   bit 0 valid, bits 1-2 result, bit 3 CFA is %rbp-based, bits 4-5 %rbp
  *   rule (0 same, 1 offset, 2 undefined), bits 8-15 / 16-23 RA / %rbp
  *   offset as -off/8, bits 24-55 CFA offset. */
-#define PM_ST_CACHE_BITS 11
-#define PM_ST_CACHE_SIZE (1u << PM_ST_CACHE_BITS)
+/* The cache starts as one page and grows once, to PM_ST_CACHE_BITS, when
+ * misses have overwritten PM_ST_GROW_AFTER valid entries of it: a small
+ * program's few dozen PCs then touch one page of it instead of one page
+ * each, and a large program soon has the room it needs. */
+#define PM_ST_SMALL_BITS 8   /* 256 entries, 4 KiB */
+#define PM_ST_CACHE_BITS 12  /* 4096 entries, 64 KiB, mapped when grown */
+#define PM_ST_GROW_AFTER 512
 
-static struct {
+typedef struct {
     _Atomic uint64_t key_x_data;
     _Atomic uint64_t data;
-    _Atomic uint32_t hint; /* search table index found last: checked before use */
-} rule_cache[PM_ST_CACHE_SIZE];
+} cache_entry_t;
+
+static _Alignas(4096) cache_entry_t small_cache[1u << PM_ST_SMALL_BITS];
+static cache_entry_t *_Atomic rule_cache; /* NULL: small_cache */
+static _Atomic uint32_t cache_evictions;
+/* search table indices found last, by PC (objects loaded later only):
+ * checked before use */
+static _Atomic uint32_t search_hint[256];
+
+static void cache_grow(void)
+{
+    size_t bytes = sizeof(cache_entry_t) << PM_ST_CACHE_BITS;
+    void *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t == MAP_FAILED) return;
+    cache_entry_t *expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&rule_cache, &expected, (cache_entry_t *)t,
+                                                 memory_order_release, memory_order_relaxed))
+        munmap(t, bytes);
+}
 
 static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
 {
@@ -755,9 +779,9 @@ static inline uint64_t cache_key(uintptr_t pc, const uint8_t *hdr, uint64_t iden
     return (uint64_t)pc ^ ((uint64_t)(uintptr_t)hdr << 16) ^ ((uint64_t)(uintptr_t)hdr >> 3) ^ ident;
 }
 
-static inline uint32_t cache_slot(uintptr_t pc)
+static inline uint32_t cache_slot(uintptr_t pc, unsigned bits)
 {
-    return (uint32_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> (64 - PM_ST_CACHE_BITS));
+    return (uint32_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> (64 - bits));
 }
 
 /* -off/8 for a slot offset in [-2040, -8] that is a multiple of 8, else 0. */
@@ -807,6 +831,71 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
 #define PM_PINNED_MAX 64
 static const uint8_t *_Atomic loaded_hdr[PM_PINNED_MAX];
 static _Atomic int loaded_n;
+
+/* ---- giving back the pages of the unwind tables -------------------------
+ * A rule is worked out once per PC and then cached, but working it out
+ * reads the object's .eh_frame_hdr and .eh_frame, and the kernel maps the
+ * 64 KB of file around every page such a read faults in.  libc's tables
+ * alone left 130-200 KB resident in every profiled process, for a few
+ * lookups at start-up: more than a small program's whole heap moves.
+ * So after a walk that read the tables of a start-up object, the pages
+ * from its .eh_frame_hdr to the end of the segment that holds it go back
+ * (MADV_DONTNEED: the file's pages stay in the page cache, and the next
+ * read maps them again).  Only where no write can be lost: the segment is
+ * neither writable nor executable (no relocation, no debugger breakpoint,
+ * no patched code lives there) and the object has no text relocations;
+ * and only start-up objects, which are never unloaded, so the range can
+ * never hold anything else.  At most once per PM_GIVEBACK_NS: tables read
+ * since the last time go at the first capture after that. */
+#define PM_GIVEBACK_NS (100 * 1000 * 1000)
+static uintptr_t giveback_lo[PM_PINNED_MAX], giveback_hi[PM_PINNED_MAX];
+static _Atomic uint64_t giveback_pending; /* one bit per start-up object */
+static _Atomic uint64_t giveback_ns;      /* monotonic time of the last */
+
+/* Object n's range, from its program headers (called before it is listed). */
+static void set_giveback_range(const struct dl_phdr_info *info, uintptr_t hdr, int n)
+{
+    const ElfW(Phdr) *load = NULL;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && hdr >= seg && hdr - seg < ph->p_memsz) load = ph;
+        if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)seg;
+    }
+    if (!load || (load->p_flags & (PF_W | PF_X)) || load->p_filesz != load->p_memsz) return;
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++)
+        if (dyn->d_tag == DT_TEXTREL || (dyn->d_tag == DT_FLAGS && (dyn->d_un.d_val & DF_TEXTREL))) return;
+    uintptr_t page = getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096;
+    uintptr_t lo = (hdr + page - 1) & ~(page - 1);
+    uintptr_t hi = (info->dlpi_addr + load->p_vaddr + load->p_memsz) & ~(page - 1);
+    if (hi > lo) {
+        giveback_lo[n] = lo;
+        giveback_hi[n] = hi;
+    }
+}
+
+/* Called after every walk with the objects whose tables it read. */
+static void give_back_tables(uint64_t touched)
+{
+    if (touched) atomic_fetch_or_explicit(&giveback_pending, touched, memory_order_relaxed);
+    if (PM_LIKELY(!atomic_load_explicit(&giveback_pending, memory_order_relaxed))) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no lock, no allocation */
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t last = atomic_load_explicit(&giveback_ns, memory_order_relaxed);
+    if (now - last < PM_GIVEBACK_NS ||
+        !atomic_compare_exchange_strong_explicit(&giveback_ns, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    uint64_t m = atomic_exchange_explicit(&giveback_pending, 0, memory_order_relaxed);
+    int saved = errno;
+    for (; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        madvise((void *)giveback_lo[i], giveback_hi[i] - giveback_lo[i], MADV_DONTNEED);
+    }
+    errno = saved;
+}
 
 /* ---- executables without a search table ----------------------------------
  * gcc links static executables without --eh-frame-hdr, so neither the
@@ -973,6 +1062,8 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     }
     *first = false;
     if (hdr) {
+        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed))
+            set_giveback_range(info, (uintptr_t)hdr, n);
         atomic_store_explicit(&loaded_hdr[n], hdr, memory_order_relaxed);
         atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
     }
@@ -1026,15 +1117,18 @@ void pm_stacktrace_pin_loaded(void)
     atomic_store_explicit(&dlfo_ready, true, memory_order_relaxed);
 }
 
-static bool pinned(const uint8_t *hdr)
+/* The index of a start-up object's table, or -1. */
+static int pinned(const uint8_t *hdr)
 {
     int n = atomic_load_explicit(&loaded_n, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (hdr == atomic_load_explicit(&loaded_hdr[i], memory_order_relaxed)) return true;
-    return false;
+        if (hdr == atomic_load_explicit(&loaded_hdr[i], memory_order_relaxed)) return i;
+    return -1;
 }
 
-static void find_rule(uintptr_t pc, frame_rule_t *r)
+/* The rule for pc; adds to *touched the start-up object whose tables it
+ * read, if they have pages to give back. */
+static void find_rule(uintptr_t pc, frame_rule_t *r, uint64_t *touched)
 {
     struct dl_find_object obj;
     if (_dl_find_object((void *)pc, &obj) != 0) {
@@ -1051,13 +1145,18 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
     }
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
     fde_t f;
-    uint32_t slot = cache_slot(pc);
+    cache_entry_t *cache = atomic_load_explicit(&rule_cache, memory_order_acquire);
+    unsigned bits = cache ? PM_ST_CACHE_BITS : PM_ST_SMALL_BITS;
+    if (!cache) cache = small_cache;
+    cache_entry_t *e = &cache[cache_slot(pc, bits)];
     const uint8_t *rec = NULL;
     uint64_t ident = 1; /* a start-up object's rules cannot go stale */
-    if (!pinned(hdr)) {
-        uint32_t hint = atomic_load_explicit(&rule_cache[slot].hint, memory_order_relaxed);
+    int pin = pinned(hdr);
+    if (pin < 0) {
+        _Atomic uint32_t *hp = &search_hint[cache_slot(pc, 8)];
+        uint32_t hint = atomic_load_explicit(hp, memory_order_relaxed);
         rec = search_fde(pc, hdr, &eh_frame, &hint);
-        atomic_store_explicit(&rule_cache[slot].hint, hint, memory_order_relaxed);
+        atomic_store_explicit(hp, hint, memory_order_relaxed);
         ident = rec ? record_identity(rec) : 0;
         /* and where the FDE is: its pc_begin and CIE pointer are relative
          * to it, so the same bytes moved with the code describe other PCs */
@@ -1069,23 +1168,27 @@ static void find_rule(uintptr_t pc, frame_rule_t *r)
         }
     }
     uint64_t key = cache_key(pc, hdr, ident);
-    uint64_t kx = atomic_load_explicit(&rule_cache[slot].key_x_data, memory_order_relaxed);
-    uint64_t d = atomic_load_explicit(&rule_cache[slot].data, memory_order_relaxed);
+    uint64_t kx = atomic_load_explicit(&e->key_x_data, memory_order_relaxed);
+    uint64_t d = atomic_load_explicit(&e->data, memory_order_relaxed);
     if ((d & 1) && (kx ^ d) == key) {
         unpack_rule(d, r);
         return;
     }
+    if (pin >= 0 && giveback_hi[pin] > giveback_lo[pin]) *touched |= (uint64_t)1 << pin;
     bool found = rec ? parse_fde(rec, dbase, &f) && pc >= f.pc_begin && pc < f.pc_end
                      : find_fde(pc, hdr, &f);
     if (found && !f.cie.signal)
         rule_from_fde(pc, &f, dbase, r);
     else
         r->result = STEP_FAIL;
-    d = pack_rule(r);
-    if (d) {
-        atomic_store_explicit(&rule_cache[slot].data, d, memory_order_relaxed);
-        atomic_store_explicit(&rule_cache[slot].key_x_data, key ^ d, memory_order_relaxed);
+    uint64_t nd = pack_rule(r);
+    if (nd) {
+        atomic_store_explicit(&e->data, nd, memory_order_relaxed);
+        atomic_store_explicit(&e->key_x_data, key ^ nd, memory_order_relaxed);
     }
+    if ((d & 1) && cache == small_cache &&
+        atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 == PM_ST_GROW_AFTER)
+        cache_grow();
 }
 
 /* ---- stepping ------------------------------------------------------------ */
@@ -1112,10 +1215,10 @@ static bool eval_rule(const rule_t *rule, const frame_t *fr, uintptr_t cfa, uint
 
 /* Replaces fr by its caller's registers.  fr->pc is a return address, so
  * the row for the call instruction (pc - 1) is the one in effect. */
-static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi)
+static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, uint64_t *touched)
 {
     frame_rule_t rule;
-    find_rule(fr->pc - 1, &rule);
+    find_rule(fr->pc - 1, &rule, touched);
     if (rule.result != STEP_OK) return rule.result;
     uintptr_t base = rule.cfa_reg == PM_REG_RBP ? fr->bp : fr->sp;
     uintptr_t cfa = base + (uintptr_t)rule.cfa_off;
@@ -1136,13 +1239,15 @@ static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi)
 static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip)
 {
     int n = 0;
+    uint64_t touched = 0;
     for (;;) {
         if (skip > 0)
             skip--;
         else
             pcs[n++] = fr.pc;
-        if (n == max || step_dwarf(&fr, lo, hi) != STEP_OK) break;
+        if (n == max || step_dwarf(&fr, lo, hi, &touched) != STEP_OK) break;
     }
+    give_back_tables(touched);
     return n;
 }
 
@@ -1174,13 +1279,17 @@ PM_CAPTURE_ATTR int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip)
          * their unwind tables, then along %rbp from its caller's frame */
         uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
         n = 0;
+        uint64_t touched = 0; /* the allocator's own tables only */
+        int step = STEP_OK;
         while (fr.pc >= own_lo && fr.pc < own_hi) {
             if (skip > 0)
                 skip--;
             else
                 pcs[n++] = fr.pc;
-            if (n == max || step_dwarf(&fr, fp, hi) != STEP_OK) return n;
+            if (n == max || (step = step_dwarf(&fr, fp, hi, &touched)) != STEP_OK) break;
         }
+        give_back_tables(touched);
+        if (n == max || step != STEP_OK) return n;
         if (n == 0 && fr.sp == fp + 16) {
             n = -1; /* still in the first frame: the plain walk below */
         } else { /* left the allocator: fr is its caller's frame */

@@ -18,11 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "child_stderr.h"
 #include "pm_stacktrace.h"
 #define STACKTRACE_CHAIN_DECLS_ONLY
 #include "stacktrace_chain.c"
@@ -771,6 +775,97 @@ static void test_reload_same_address_moved_fde(void **state)
     reload_pair("plug_m1.so", "plug_m2.so");
 }
 
+/* ---- the unwind tables' pages go back after a lookup -------------------- */
+
+/* libc's pages from its .eh_frame_hdr to the end of the segment holding
+ * it, when that segment is read-only: the range the unwinder gives back. */
+static int libc_tables(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    uintptr_t *range = arg;
+    if (!strstr(info->dlpi_name, "/libc.so")) return 0;
+    uintptr_t hdr = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    for (int i = 0; hdr && i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type != PT_LOAD || hdr < seg || hdr - seg >= ph->p_memsz) continue;
+        if (ph->p_flags != PF_R) return 1;
+        range[0] = (hdr + 4095) & ~(uintptr_t)4095;
+        range[1] = (seg + ph->p_memsz) & ~(uintptr_t)4095;
+    }
+    return 1;
+}
+
+/* How many pages of [lo, hi) are mapped in this process (pagemap bit 63);
+ * -1 when pagemap cannot be read. */
+static long pages_mapped(uintptr_t lo, uintptr_t hi)
+{
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    if (fd < 0) return -1;
+    long n = 0;
+    for (uintptr_t a = lo; a < hi; a += 4096) {
+        uint64_t e;
+        if (pread(fd, &e, 8, (off_t)(a / 4096 * 8)) != 8) {
+            n = -1;
+            break;
+        }
+        n += (long)(e >> 63);
+    }
+    close(fd);
+    return n;
+}
+
+static uintptr_t gb_pcs[MAXF];
+static int gb_n;
+
+static int gb_compar(const void *a, const void *b)
+{
+    if (!gb_n) gb_n = pm_stacktrace_capture(gb_pcs, MAXF, 0);
+    return *(const int *)a - *(const int *)b;
+}
+
+static void giveback_child(void *arg)
+{
+    (void)arg;
+    uintptr_t range[2] = {0, 0};
+    dl_iterate_phdr(libc_tables, range);
+    if (range[1] <= range[0]) _exit(77); /* no read-only segment: nothing to check */
+    pm_stacktrace_pin_loaded();
+    volatile uint8_t sum = 0;
+    for (uintptr_t a = range[0]; a < range[1]; a += 4096) sum += *(const volatile uint8_t *)a;
+    long before = pages_mapped(range[0], range[1]);
+    if (before < 0) _exit(77);
+    if (before != (long)((range[1] - range[0]) / 4096)) _exit(3); /* the read maps them */
+    struct timespec pause = {0, 20 * 1000 * 1000}; /* past the give-back interval */
+    nanosleep(&pause, NULL);
+    int v[32];
+    for (int i = 0; i < 32; i++) v[i] = (i * 7) % 32;
+    qsort(v, 32, sizeof v[0], gb_compar);
+    if (gb_n < 3) _exit(4);
+    int through_libc = 0;
+    for (int i = 0; i < gb_n; i++) through_libc |= in_libc(gb_pcs[i]);
+    if (!through_libc) _exit(5);
+    long after = pages_mapped(range[0], range[1]);
+    fprintf(stderr, "libc tables: %ld of %ld pages mapped after the walk\n", after,
+            (long)((range[1] - range[0]) / 4096));
+    _exit(after == 0 ? 0 : 6);
+}
+
+/* A walk through libc reads libc's .eh_frame_hdr and .eh_frame; the pages
+ * that maps (the kernel maps 64 KB around each) go back afterwards. */
+static void test_tables_given_back(void **state)
+{
+    (void)state;
+    char out[512];
+    int status = run_in_child(giveback_child, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) skip();
+    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -792,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_dlopen),
         cmocka_unit_test(test_reload_same_address),
         cmocka_unit_test(test_reload_same_address_moved_fde),
+        cmocka_unit_test(test_tables_given_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
