@@ -57,6 +57,13 @@ BENCH_TARGETS :=
 .PHONY: all check bench demo install uninstall clean sizeclass-table
 all: $(PM_SO) $(PM_A)
 
+# Code that only runs for reports (the profile writer, malloc_stats and
+# malloc_info, the number formatting) is built for size: the library's text
+# is resident in every process that loads it, and these three are a quarter
+# of it at -O2 (doc/performance.md, "Memory").
+COLD_OBJS := $(OBJ)/pprof.o $(OBJ)/stats.o $(OBJ)/fmt.o
+$(COLD_OBJS): PM_CFLAGS += -Os
+
 $(OBJ)/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -MMD -MP -c $< -o $@
