@@ -852,6 +852,30 @@ static uintptr_t giveback_lo[PM_PINNED_MAX], giveback_hi[PM_PINNED_MAX];
 static _Atomic uint64_t giveback_pending; /* one bit per start-up object */
 static _Atomic uint64_t giveback_ns;      /* monotonic time of the last */
 
+/* Does one of the object's loaded segments hold addr? */
+static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && addr >= seg && addr - seg < ph->p_memsz) return true;
+    }
+    return false;
+}
+
+/* Objects listed at start-up are not all there for good: a library's
+ * constructor that ran before profmalloc's may have dlopen()ed a plugin,
+ * which it can close again, and a madvise on its old range would then
+ * zero whatever was mapped there next.  Only the ones that cannot go give
+ * their pages back: the program (listed first), the C library (which holds
+ * dl_iterate_phdr) and profmalloc itself.  Other libraries' tables stay
+ * mapped once read. */
+static bool never_unloaded(const struct dl_phdr_info *info, int n)
+{
+    return n == 0 || holds(info, (uintptr_t)&dl_iterate_phdr) ||
+           holds(info, (uintptr_t)&pm_stacktrace_capture);
+}
+
 /* Object n's range, from its program headers (called before it is listed). */
 static void set_giveback_range(const struct dl_phdr_info *info, uintptr_t hdr, int n)
 {
@@ -881,10 +905,11 @@ static void give_back_tables(uint64_t touched)
     if (touched) atomic_fetch_or_explicit(&giveback_pending, touched, memory_order_relaxed);
     if (PM_LIKELY(!atomic_load_explicit(&giveback_pending, memory_order_relaxed))) return;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no lock, no allocation */
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return; /* vDSO: no lock, no allocation */
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     uint64_t last = atomic_load_explicit(&giveback_ns, memory_order_relaxed);
-    if (now - last < PM_GIVEBACK_NS ||
+    /* signed: another thread may have stored a later time than this now */
+    if ((int64_t)(now - last) < PM_GIVEBACK_NS ||
         !atomic_compare_exchange_strong_explicit(&giveback_ns, &last, now, memory_order_relaxed,
                                                  memory_order_relaxed))
         return;
@@ -1062,7 +1087,7 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     }
     *first = false;
     if (hdr) {
-        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed))
+        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed) && never_unloaded(info, n))
             set_giveback_range(info, (uintptr_t)hdr, n);
         atomic_store_explicit(&loaded_hdr[n], hdr, memory_order_relaxed);
         atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
@@ -1187,7 +1212,7 @@ static void find_rule(uintptr_t pc, frame_rule_t *r, uint64_t *touched)
         atomic_store_explicit(&e->key_x_data, key ^ nd, memory_order_relaxed);
     }
     if ((d & 1) && cache == small_cache &&
-        atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 == PM_ST_GROW_AFTER)
+        atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 >= PM_ST_GROW_AFTER)
         cache_grow();
 }
 

@@ -25,7 +25,7 @@ $(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_ch
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
 $(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so \
-		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so
+		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so $(ST_DIR)/plug_many.so
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread -ldl
 
@@ -38,6 +38,8 @@ $(ST_DIR)/plug_a.so: PLUG_DEFS := -DFRAME=8
 $(ST_DIR)/plug_b.so: PLUG_DEFS := -DFRAME=120
 $(ST_DIR)/plug_m1.so: PLUG_DEFS := -DV=1
 $(ST_DIR)/plug_m2.so: PLUG_DEFS := -DV=2
+# The unload test's plugin: a .eh_frame of several pages.
+$(ST_DIR)/plug_many.so: test/unit/many_fde_plug.S
 $(ST_DIR)/plug_%.so:
 	@mkdir -p $(@D)
 	$(CC) -shared -nostdlib $(PLUG_DEFS) $(filter %.S,$^) -o $@

@@ -838,7 +838,9 @@ static void giveback_child(void *arg)
     long before = pages_mapped(range[0], range[1]);
     if (before < 0) _exit(77);
     if (before != (long)((range[1] - range[0]) / 4096)) _exit(3); /* the read maps them */
-    struct timespec pause = {0, 20 * 1000 * 1000}; /* past the give-back interval */
+    /* the give-back interval counts from the last one, and this process
+     * has made none (the parent never lists its objects) */
+    struct timespec pause = {0, 20 * 1000 * 1000};
     nanosleep(&pause, NULL);
     int v[32];
     for (int i = 0; i < 32; i++) v[i] = (i * 7) % 32;
@@ -860,6 +862,63 @@ static void test_tables_given_back(void **state)
     (void)state;
     char out[512];
     int status = run_in_child(giveback_child, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) skip();
+    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A plugin dlopen()ed before the start-up objects are listed (as a library's
+ * constructor may, before profmalloc's runs) can be closed again: its pages
+ * must never be given back, or a madvise on its old range zeroes whatever
+ * is mapped there next. */
+static uintptr_t un_pcs[MAXF];
+static int un_n;
+
+static void unload_cb(void)
+{
+    un_n = pm_stacktrace_capture(un_pcs, MAXF, 0);
+    sink++;
+}
+
+static void unload_child(void *arg)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/plug_many.so", (const char *)arg);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) _exit(3);
+    void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plug_call");
+    if (!call) _exit(3);
+    pm_stacktrace_pin_loaded(); /* the plugin is listed with the rest */
+    unload_cb();                /* through libc: a give-back now, the next 100 ms later */
+    call(unload_cb);            /* reads the plugin's tables meanwhile */
+    if (un_n < 3) _exit(4);
+    struct link_map *lm = NULL;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0) _exit(3);
+    unsigned char *base = (unsigned char *)lm->l_addr;
+    dlclose(h);
+    /* new memory where the plugin was (its segments span 32 KiB) */
+    size_t len = 32 * 1024;
+    unsigned char *buf = mmap(base, len, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (buf != base) _exit(77); /* still mapped, or the kernel has no MAP_FIXED_NOREPLACE */
+    memset(buf, 0xab, len);
+    struct timespec pause = {0, 150 * 1000 * 1000}; /* past the give-back interval */
+    nanosleep(&pause, NULL);
+    unload_cb(); /* the first capture after it gives back what is pending */
+    size_t changed = 0;
+    for (size_t i = 0; i < len; i++) changed += buf[i] != 0xab;
+    fprintf(stderr, "%zu of %zu bytes changed\n", changed, len);
+    _exit(changed ? 6 : 0);
+}
+
+static void test_unloaded_tables_kept(void **state)
+{
+    (void)state;
+    const char *dir = getenv("ST_PLUG_DIR");
+    if (!dir) skip();
+    char out[512];
+    int status = run_in_child(unload_child, (void *)dir, out, sizeof out);
     assert_true(WIFEXITED(status));
     if (WEXITSTATUS(status) == 77) skip();
     if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
@@ -888,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_reload_same_address),
         cmocka_unit_test(test_reload_same_address_moved_fde),
         cmocka_unit_test(test_tables_given_back),
+        cmocka_unit_test(test_unloaded_tables_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
