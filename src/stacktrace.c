@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <fcntl.h>
+#include <string.h>
 #include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -863,16 +864,66 @@ static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
     return false;
 }
 
+/* The program's DT_NEEDED names: the libraries it links against directly
+ * (libstdc++ in a C++ program), loaded before any constructor ran and kept
+ * as long as the program runs.  Pointers into its string table. */
+#define PM_NEEDED_MAX 64
+static const char *needed[PM_NEEDED_MAX];
+
+static void list_needed(const struct dl_phdr_info *info)
+{
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    uintptr_t strtab = 0;
+    size_t strsz = 0;
+    for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+        if (d->d_tag == DT_STRSZ) strsz = d->d_un.d_val;
+    }
+    if (strtab && strtab < info->dlpi_addr) strtab += info->dlpi_addr; /* not relocated in place */
+    if (!strtab || !strsz || !holds(info, strtab) || !holds(info, strtab + strsz - 1)) return;
+    int n = 0;
+    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL && n < PM_NEEDED_MAX; d++)
+        if (d->d_tag == DT_NEEDED && d->d_un.d_val < strsz && ((const char *)strtab)[strsz - 1] == 0)
+            needed[n++] = (const char *)strtab + d->d_un.d_val;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *b = path;
+    for (; *path; path++)
+        if (*path == '/') b = path + 1;
+    return b;
+}
+
+/* Is this the object that one of the program's DT_NEEDED names loaded?  The
+ * first listed of that name is: objects opened later come after it. */
+static bool needed_by_program(const struct dl_phdr_info *info)
+{
+    if (!info->dlpi_name || !*info->dlpi_name) return false;
+    const char *b = base_name(info->dlpi_name);
+    for (int i = 0; i < PM_NEEDED_MAX && needed[i]; i++) {
+        if (needed[i] == (const char *)1) continue; /* taken */
+        if (strcmp(base_name(needed[i]), b) == 0) {
+            needed[i] = (const char *)1;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Objects listed at start-up are not all there for good: a library's
  * constructor that ran before profmalloc's may have dlopen()ed a plugin,
  * which it can close again, and a madvise on its old range would then
  * zero whatever was mapped there next.  Only the ones that cannot go give
- * their pages back: the program (listed first), the C library (which holds
- * dl_iterate_phdr) and profmalloc itself.  Other libraries' tables stay
- * mapped once read. */
-static bool never_unloaded(const struct dl_phdr_info *info, int n)
+ * their pages back: the program, the libraries it names in DT_NEEDED, the
+ * C library (which holds dl_iterate_phdr) and profmalloc itself.  Other
+ * libraries' tables stay mapped once read. */
+static bool never_unloaded(const struct dl_phdr_info *info, bool program)
 {
-    return n == 0 || holds(info, (uintptr_t)&dl_iterate_phdr) ||
+    return program || needed_by_program(info) || holds(info, (uintptr_t)&dl_iterate_phdr) ||
            holds(info, (uintptr_t)&pm_stacktrace_capture);
 }
 
@@ -1081,13 +1132,15 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
             hdr = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (!hdr && *first) { /* the main program, listed first */
+    bool program = *first; /* the main program, listed first */
+    if (program) list_needed(info);
+    if (!hdr && program) {
         build_exe_table(info);
         hdr = atomic_load_explicit(&exe_hdr, memory_order_relaxed);
     }
     *first = false;
     if (hdr) {
-        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed) && never_unloaded(info, n))
+        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed) && never_unloaded(info, program))
             set_giveback_range(info, (uintptr_t)hdr, n);
         atomic_store_explicit(&loaded_hdr[n], hdr, memory_order_relaxed);
         atomic_store_explicit(&loaded_n, n + 1, memory_order_release);

@@ -777,13 +777,14 @@ static void test_reload_same_address_moved_fde(void **state)
 
 /* ---- the unwind tables' pages go back after a lookup -------------------- */
 
-/* libc's pages from its .eh_frame_hdr to the end of the segment holding
- * it, when that segment is read-only: the range the unwinder gives back. */
-static int libc_tables(struct dl_phdr_info *info, size_t size, void *arg)
+/* A library's pages from its .eh_frame_hdr to the end of the segment
+ * holding it, when that segment is read-only: the range the unwinder gives
+ * back.  range[2] is the library's name. */
+static int lib_tables(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     uintptr_t *range = arg;
-    if (!strstr(info->dlpi_name, "/libc.so")) return 0;
+    if (!strstr(info->dlpi_name, (const char *)range[2])) return 0;
     uintptr_t hdr = 0;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
@@ -828,9 +829,8 @@ static int gb_compar(const void *a, const void *b)
 
 static void giveback_child(void *arg)
 {
-    (void)arg;
-    uintptr_t range[2] = {0, 0};
-    dl_iterate_phdr(libc_tables, range);
+    uintptr_t range[3] = {0, 0, (uintptr_t)arg};
+    dl_iterate_phdr(lib_tables, range);
     if (range[1] <= range[0]) _exit(77); /* no read-only segment: nothing to check */
     pm_stacktrace_pin_loaded();
     volatile uint8_t sum = 0;
@@ -850,22 +850,35 @@ static void giveback_child(void *arg)
     for (int i = 0; i < gb_n; i++) through_libc |= in_libc(gb_pcs[i]);
     if (!through_libc) _exit(5);
     long after = pages_mapped(range[0], range[1]);
-    fprintf(stderr, "libc tables: %ld of %ld pages mapped after the walk\n", after,
+    fprintf(stderr, "%s tables: %ld of %ld pages mapped after the walk\n", (const char *)arg, after,
             (long)((range[1] - range[0]) / 4096));
     _exit(after == 0 ? 0 : 6);
 }
 
 /* A walk through libc reads libc's .eh_frame_hdr and .eh_frame; the pages
- * that maps (the kernel maps 64 KB around each) go back afterwards. */
-static void test_tables_given_back(void **state)
+ * that maps (the kernel maps 64 KB around each) go back afterwards.  The same
+ * for a library the program names in DT_NEEDED (cmocka, whose frames call
+ * every test). */
+static void tables_given_back(const char *lib)
 {
-    (void)state;
     char out[512];
-    int status = run_in_child(giveback_child, NULL, out, sizeof out);
+    int status = run_in_child(giveback_child, (void *)lib, out, sizeof out);
     assert_true(WIFEXITED(status));
     if (WEXITSTATUS(status) == 77) skip();
     if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_tables_given_back(void **state)
+{
+    (void)state;
+    tables_given_back("/libc.so");
+}
+
+static void test_needed_tables_given_back(void **state)
+{
+    (void)state;
+    tables_given_back("/libcmocka.so");
 }
 
 /* A plugin dlopen()ed before the start-up objects are listed (as a library's
@@ -947,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_reload_same_address),
         cmocka_unit_test(test_reload_same_address_moved_fde),
         cmocka_unit_test(test_tables_given_back),
+        cmocka_unit_test(test_needed_tables_given_back),
         cmocka_unit_test(test_unloaded_tables_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
