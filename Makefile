@@ -81,8 +81,10 @@ $(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END)
 $(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END)
 	$(LD) -r -o $@ $^
 
-$(PM_SO): $(BUILD)/profmalloc.o
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $< -pthread
+# needed.c (dlopen at start-up) goes into the shared library only: in the
+# archive, its dlopen would make every static link warn (src/needed.c).
+$(PM_SO): $(BUILD)/profmalloc.o $(OBJ)/needed.o
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $^ -pthread
 	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
 
 # The archive's object keeps only the exported names global: the internal

@@ -45,4 +45,10 @@ void pm_stacktrace_pin_loaded(void);
  * walk would start from a register the allocator used for data. */
 void pm_stacktrace_set_own_code(uintptr_t lo, uintptr_t hi);
 
+/* needed.c (linked into the shared library only, hence weak): the dynamic
+ * sections of the objects the loader loaded for the program's DT_NEEDED
+ * names, at most max of them into ld; returns how many.  Calls dlopen, so
+ * only from pm_stacktrace_pin_loaded. */
+int pm_needed_dynamics(uintptr_t *ld, int max) __attribute__((weak));
+
 #endif

@@ -826,9 +826,11 @@ static void unpack_rule(uint64_t d, frame_rule_t *r)
     }
 }
 
-/* Every object loaded at start-up (DT_NEEDED and LD_PRELOAD: never
- * unloaded), listed once by pm_stacktrace_pin_loaded from profmalloc's
- * constructor, outside the unwinder's paths. */
+/* Every object loaded when profmalloc's constructor runs, listed once by
+ * pm_stacktrace_pin_loaded, outside the unwinder's paths: the program, its
+ * libraries and preloads (never unloaded), and whatever other libraries'
+ * constructors opened before (which can be closed again: their rules can
+ * go stale, and their pages are never given back, never_unloaded). */
 #define PM_PINNED_MAX 64
 static const uint8_t *_Atomic loaded_hdr[PM_PINNED_MAX];
 static _Atomic int loaded_n;
@@ -864,53 +866,30 @@ static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
     return false;
 }
 
-/* The program's DT_NEEDED names: the libraries it links against directly
- * (libstdc++ in a C++ program), loaded before any constructor ran and kept
- * as long as the program runs.  Pointers into its string table. */
+/* The libraries the program links against directly (its DT_NEEDED
+ * entries: libstdc++ in a C++ program) stay as long as it runs; needed.c
+ * asks the loader which objects they are (by their dynamic sections).  It
+ * is linked into the shared library only: its dlopen would make every
+ * static link of libprofmalloc.a warn, and a static program has no such
+ * libraries.  Without it, only the program, the C library and profmalloc
+ * give their tables' pages back. */
 #define PM_NEEDED_MAX 64
-static const char *needed[PM_NEEDED_MAX];
+static uintptr_t needed_ld[PM_NEEDED_MAX];
+static int needed_n;
 
-static void list_needed(const struct dl_phdr_info *info)
+static const ElfW(Dyn) *dynamic_of(const struct dl_phdr_info *info)
 {
-    const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    uintptr_t strtab = 0;
-    size_t strsz = 0;
-    for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++) {
-        if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
-        if (d->d_tag == DT_STRSZ) strsz = d->d_un.d_val;
-    }
-    if (strtab && strtab < info->dlpi_addr) strtab += info->dlpi_addr; /* not relocated in place */
-    if (!strtab || !strsz || !holds(info, strtab) || !holds(info, strtab + strsz - 1)) return;
-    int n = 0;
-    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL && n < PM_NEEDED_MAX; d++)
-        if (d->d_tag == DT_NEEDED && d->d_un.d_val < strsz && ((const char *)strtab)[strsz - 1] == 0)
-            needed[n++] = (const char *)strtab + d->d_un.d_val;
+            return (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    return NULL;
 }
 
-static const char *base_name(const char *path)
-{
-    const char *b = path;
-    for (; *path; path++)
-        if (*path == '/') b = path + 1;
-    return b;
-}
-
-/* Is this the object that one of the program's DT_NEEDED names loaded?  The
- * first listed of that name is: objects opened later come after it. */
 static bool needed_by_program(const struct dl_phdr_info *info)
 {
-    if (!info->dlpi_name || !*info->dlpi_name) return false;
-    const char *b = base_name(info->dlpi_name);
-    for (int i = 0; i < PM_NEEDED_MAX && needed[i]; i++) {
-        if (needed[i] == (const char *)1) continue; /* taken */
-        if (strcmp(base_name(needed[i]), b) == 0) {
-            needed[i] = (const char *)1;
-            return true;
-        }
-    }
+    uintptr_t ld = (uintptr_t)dynamic_of(info);
+    for (int i = 0; ld && i < needed_n; i++)
+        if (needed_ld[i] == ld) return true;
     return false;
 }
 
@@ -1133,7 +1112,6 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
         if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
             hdr = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
     bool program = *first; /* the main program, listed first */
-    if (program) list_needed(info);
     if (!hdr && program) {
         build_exe_table(info);
         hdr = atomic_load_explicit(&exe_hdr, memory_order_relaxed);
@@ -1191,7 +1169,10 @@ static bool dwarf_ready(void)
 void pm_stacktrace_pin_loaded(void)
 {
     bool first = true;
-    if (!atomic_load_explicit(&loaded_n, memory_order_acquire)) dl_iterate_phdr(pin_object, &first);
+    if (!atomic_load_explicit(&loaded_n, memory_order_acquire)) {
+        if (pm_needed_dynamics) needed_n = pm_needed_dynamics(needed_ld, PM_NEEDED_MAX);
+        dl_iterate_phdr(pin_object, &first);
+    }
     atomic_store_explicit(&dlfo_ready, true, memory_order_relaxed);
 }
 

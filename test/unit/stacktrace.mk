@@ -6,9 +6,14 @@
 ST_DIR := $(BUILD)/test/stacktrace
 ST_HDRS := src/pm.h src/pm_stacktrace.h
 ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls -fno-reorder-blocks-and-partition
-ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o $(ST_DIR)/test_stacktrace.o
+ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
+	$(ST_DIR)/test_stacktrace.o
 
 $(ST_DIR)/stacktrace.o: src/stacktrace.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -c $< -o $@
+
+$(ST_DIR)/needed.o: src/needed.c $(ST_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
@@ -25,9 +30,20 @@ $(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_ch
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
 $(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so \
-		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so $(ST_DIR)/plug_many.so
+		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so $(ST_DIR)/plug_many.so \
+		$(ST_DIR)/needed/libstneeded.so $(ST_DIR)/other/libstneeded.so
 	@mkdir -p $(@D)
-	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ $(CMOCKA_LIBS) -lpthread -ldl
+	$(CC) $(PM_CFLAGS) $(ST_OBJS) -o $@ -Wl,--no-as-needed -L$(ST_DIR)/needed -lstneeded \
+		-Wl,-rpath,'$$ORIGIN/stacktrace/needed' $(CMOCKA_LIBS) -lpthread -ldl
+
+# A library the test links against, without .eh_frame_hdr, and a plugin of
+# the same file name elsewhere (plug_many.so's code).
+$(ST_DIR)/needed/libstneeded.so: test/unit/needed_lib.c
+	@mkdir -p $(@D)
+	$(CC) -shared -fPIC -O2 -Wl,--no-eh-frame-hdr -Wl,-soname,libstneeded.so $< -o $@
+$(ST_DIR)/other/libstneeded.so: $(ST_DIR)/plug_many.so
+	@mkdir -p $(@D)
+	cp $< $@
 
 # The reload tests' plugins, two builds of each source: plug_a/plug_b
 # differ in one frame size; plug_m1/plug_m2 have an FDE with the same bytes

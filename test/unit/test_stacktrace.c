@@ -27,6 +27,8 @@
 #include <cmocka.h>
 
 #include "child_stderr.h"
+
+int st_needed_fn(int x); /* needed_lib.c, a DT_NEEDED library */
 #include "pm_stacktrace.h"
 #define STACKTRACE_CHAIN_DECLS_ONLY
 #include "stacktrace_chain.c"
@@ -896,8 +898,7 @@ static void unload_cb(void)
 
 static void unload_child(void *arg)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/plug_many.so", (const char *)arg);
+    const char *path = arg;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) _exit(3);
     void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plug_call");
@@ -925,17 +926,33 @@ static void unload_child(void *arg)
     _exit(changed ? 6 : 0);
 }
 
-static void test_unloaded_tables_kept(void **state)
+static void unloaded_tables_kept(const char *plugin)
 {
-    (void)state;
     const char *dir = getenv("ST_PLUG_DIR");
     if (!dir) skip();
-    char out[512];
-    int status = run_in_child(unload_child, (void *)dir, out, sizeof out);
+    char path[PATH_MAX], out[512];
+    snprintf(path, sizeof path, "%s/%s", dir, plugin);
+    int status = run_in_child(unload_child, path, out, sizeof out);
     assert_true(WIFEXITED(status));
     if (WEXITSTATUS(status) == 77) skip();
     if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_unloaded_tables_kept(void **state)
+{
+    (void)state;
+    unloaded_tables_kept("plug_many.so");
+}
+
+/* The same with a plugin of the file name of a library the program links
+ * against (libstneeded.so, which has no .eh_frame_hdr and so is never
+ * matched by name): the loader, not the name, says which is the program's. */
+static void test_needed_name_plugin_kept(void **state)
+{
+    (void)state;
+    assert_int_equal(st_needed_fn(1), 2);
+    unloaded_tables_kept("other/libstneeded.so");
 }
 
 int main(void)
@@ -962,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_tables_given_back),
         cmocka_unit_test(test_needed_tables_given_back),
         cmocka_unit_test(test_unloaded_tables_kept),
+        cmocka_unit_test(test_needed_name_plugin_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
