@@ -8,6 +8,7 @@
  * that a constructor opened can carry the name's file name, so the loader
  * is asked: dlopen(name, RTLD_NOLOAD) returns, for a bare name, the object
  * loaded first under it.  Runs once, from profmalloc's constructor. */
+#include "pm_elf.h"
 #include "pm_stacktrace.h"
 
 #include <dlfcn.h>
@@ -20,26 +21,13 @@ typedef struct {
     int max;
 } names_t;
 
-static int in_segment(const struct dl_phdr_info *info, uintptr_t addr)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && addr >= seg && addr - seg < ph->p_memsz) return 1;
-    }
-    return 0;
-}
-
 /* The program's DT_NEEDED names (pointers into its string table), from the
  * first object listed. */
 static int program_needed(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     names_t *out = data;
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    const ElfW(Dyn) *dyn = pm_elf_dynamic(info);
     uintptr_t strtab = 0;
     size_t strsz = 0;
     for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++) {
@@ -47,7 +35,7 @@ static int program_needed(struct dl_phdr_info *info, size_t size, void *data)
         if (d->d_tag == DT_STRSZ) strsz = d->d_un.d_val;
     }
     if (strtab && strtab < info->dlpi_addr) strtab += info->dlpi_addr; /* not relocated in place */
-    if (!strtab || !strsz || !in_segment(info, strtab) || !in_segment(info, strtab + strsz - 1) ||
+    if (!strtab || !strsz || !pm_elf_segment(info, strtab) || !pm_elf_segment(info, strtab + strsz - 1) ||
         ((const char *)strtab)[strsz - 1] != 0)
         return 1;
     int n = 0;

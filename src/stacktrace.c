@@ -8,6 +8,7 @@
  * rule cache is lock-free.  Only x86-64 has the DWARF walk; AArch64 always
  * walks frame records and other targets capture nothing. */
 #include "pm.h"
+#include "pm_elf.h"
 #include "pm_stacktrace.h"
 
 #include <dlfcn.h>
@@ -17,7 +18,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <fcntl.h>
-#include <string.h>
 #include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -855,17 +855,6 @@ static uintptr_t giveback_lo[PM_PINNED_MAX], giveback_hi[PM_PINNED_MAX];
 static _Atomic uint64_t giveback_pending; /* one bit per start-up object */
 static _Atomic uint64_t giveback_ns;      /* monotonic time of the last */
 
-/* Does one of the object's loaded segments hold addr? */
-static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && addr >= seg && addr - seg < ph->p_memsz) return true;
-    }
-    return false;
-}
-
 /* The libraries the program links against directly (its DT_NEEDED
  * entries: libstdc++ in a C++ program) stay as long as it runs; needed.c
  * asks the loader which objects they are (by their dynamic sections).  It
@@ -877,17 +866,9 @@ static bool holds(const struct dl_phdr_info *info, uintptr_t addr)
 static uintptr_t needed_ld[PM_NEEDED_MAX];
 static int needed_n;
 
-static const ElfW(Dyn) *dynamic_of(const struct dl_phdr_info *info)
-{
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            return (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    return NULL;
-}
-
 static bool needed_by_program(const struct dl_phdr_info *info)
 {
-    uintptr_t ld = (uintptr_t)dynamic_of(info);
+    uintptr_t ld = (uintptr_t)pm_elf_dynamic(info);
     for (int i = 0; ld && i < needed_n; i++)
         if (needed_ld[i] == ld) return true;
     return false;
@@ -902,21 +883,15 @@ static bool needed_by_program(const struct dl_phdr_info *info)
  * libraries' tables stay mapped once read. */
 static bool never_unloaded(const struct dl_phdr_info *info, bool program)
 {
-    return program || needed_by_program(info) || holds(info, (uintptr_t)&dl_iterate_phdr) ||
-           holds(info, (uintptr_t)&pm_stacktrace_capture);
+    return program || needed_by_program(info) || pm_elf_segment(info, (uintptr_t)&dl_iterate_phdr) ||
+           pm_elf_segment(info, (uintptr_t)&pm_stacktrace_capture);
 }
 
 /* Object n's range, from its program headers (called before it is listed). */
 static void set_giveback_range(const struct dl_phdr_info *info, uintptr_t hdr, int n)
 {
-    const ElfW(Phdr) *load = NULL;
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t seg = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && hdr >= seg && hdr - seg < ph->p_memsz) load = ph;
-        if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)seg;
-    }
+    const ElfW(Phdr) *load = pm_elf_segment(info, hdr);
+    const ElfW(Dyn) *dyn = pm_elf_dynamic(info);
     if (!load || (load->p_flags & (PF_W | PF_X)) || load->p_filesz != load->p_memsz) return;
     for (; dyn && dyn->d_tag != DT_NULL; dyn++)
         if (dyn->d_tag == DT_TEXTREL || (dyn->d_tag == DT_FLAGS && (dyn->d_un.d_val & DF_TEXTREL))) return;

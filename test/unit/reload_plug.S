@@ -1,5 +1,6 @@
 /* reload_plug.S: a "plugin" for test_stacktrace's reload test, built
- * twice (FRAME=8 and FRAME=120) into two libraries of the same layout:
+ * twice (FRAME=8 and FRAME=120) into two libraries of the same layout, and
+ * once more with MANY_FDES for the unload tests:
  * plug_call(fn) calls fn with a frame of FRAME bytes, so the two builds
  * differ only in the CFA offset of their one FDE. */
 	.text
@@ -15,4 +16,14 @@ plug_call:
 	ret
 	.cfi_endproc
 	.size plug_call, .-plug_call
+#ifdef MANY_FDES
+	/* the unload tests' plugin (plug_many.so): 600 one-instruction
+	 * functions with their own FDEs make .eh_frame several pages long, a
+	 * range the unwinder could give back */
+	.rept 600
+	.cfi_startproc
+	ret
+	.cfi_endproc
+	.endr
+#endif
 	.section .note.GNU-stack, "", @progbits

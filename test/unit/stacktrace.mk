@@ -4,7 +4,7 @@
 # (stacktrace_chain.c) is built twice: without and with frame pointers.
 
 ST_DIR := $(BUILD)/test/stacktrace
-ST_HDRS := src/pm.h src/pm_stacktrace.h
+ST_HDRS := src/pm.h src/pm_stacktrace.h src/pm_elf.h
 ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls -fno-reorder-blocks-and-partition
 ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
 	$(ST_DIR)/test_stacktrace.o
@@ -54,8 +54,9 @@ $(ST_DIR)/plug_a.so: PLUG_DEFS := -DFRAME=8
 $(ST_DIR)/plug_b.so: PLUG_DEFS := -DFRAME=120
 $(ST_DIR)/plug_m1.so: PLUG_DEFS := -DV=1
 $(ST_DIR)/plug_m2.so: PLUG_DEFS := -DV=2
-# The unload test's plugin: a .eh_frame of several pages.
-$(ST_DIR)/plug_many.so: test/unit/many_fde_plug.S
+# The unload tests' plugin: a .eh_frame of several pages.
+$(ST_DIR)/plug_many.so: test/unit/reload_plug.S
+$(ST_DIR)/plug_many.so: PLUG_DEFS := -DFRAME=8 -DMANY_FDES
 $(ST_DIR)/plug_%.so:
 	@mkdir -p $(@D)
 	$(CC) -shared -nostdlib $(PLUG_DEFS) $(filter %.S,$^) -o $@
