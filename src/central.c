@@ -22,7 +22,7 @@
  * resident); packed, the used ones share 2-3 pages.  slot_of[cls] is 1 +
  * the struct's index, 0 until the class is first used; assigned under
  * assign_lock, which the fork handler takes before the structs. */
-static pm_central_t centrals[PM_CLASS_MAX];
+PM_SPARSE_BSS static pm_central_t centrals[PM_CLASS_MAX];
 static _Atomic uint8_t slot_of[PM_CLASS_MAX];
 static unsigned nassigned;
 static pm_lock_t assign_lock = PM_LOCK_INIT;

@@ -412,7 +412,7 @@ void pm_heapprof_lock_all(void)
  * pipe would hold up every fork); a forked child, where the holder does not
  * exist, resets them. */
 #define INTO_LOCKS 1024 /* exact below 1024; 16 KiB of zero pages, touched where used */
-static pm_lock_t into_locks[INTO_LOCKS];
+PM_SPARSE_BSS static pm_lock_t into_locks[INTO_LOCKS];
 
 void pm_heapprof_unlock_all(int child)
 {

@@ -67,7 +67,7 @@ static int parse(const struct option *o, const char *v)
         /* copied: programs that set their process title (nginx, postgres,
          * setproctitle) overwrite the environment strings, and the exit
          * dump reads the pattern long after (one PATTERN option) */
-        static char copy[4096];
+        PM_SPARSE_BSS static char copy[4096];
         size_t n = 0;
         if (!*v) return -1;
         for (const char *s = v; *s; s++)

@@ -7,7 +7,7 @@
  * lists (for pages of spans they own); readers race benignly. */
 #include "pm_internal.h"
 
-pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
+PM_SPARSE_BSS pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
 static _Atomic uint64_t leaf_bytes;
 
 #define LEAF_MASK ((1u << PM_LEAF_BITS) - 1)

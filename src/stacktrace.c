@@ -718,7 +718,7 @@ typedef struct {
     _Atomic uint64_t data;
 } cache_entry_t;
 
-static _Alignas(4096) cache_entry_t small_cache[1u << PM_ST_SMALL_BITS];
+PM_SPARSE_BSS static _Alignas(4096) cache_entry_t small_cache[1u << PM_ST_SMALL_BITS];
 static cache_entry_t *_Atomic rule_cache; /* NULL: small_cache */
 static _Atomic uint32_t cache_evictions;
 /* search table indices found last, by PC (objects loaded later only):
