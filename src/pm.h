@@ -39,10 +39,12 @@ static const bool pm_config_debug = false;
 #define PM_ALIGNED(n) __attribute__((aligned(n)))
 /* Zero-initialised arrays of a page or more that are touched sparsely (the
  * page map's root, the central lists' structs, the unwinder's rule cache):
- * the linker puts .lbss after .bss, so the small variables that every
- * process touches share a few pages instead of being spread between these
- * (churn: the .bss mapping 56 -> 36 KB resident; doc/performance.md). */
-#define PM_SPARSE_BSS __attribute__((section(".lbss.profmalloc")))
+ * `ld -r` gathers them in one section of build/profmalloc.o that follows
+ * its .bss, so the small variables that every process touches share three
+ * pages instead of being spread between these (churn: the .bss mapping
+ * 56 -> 36 KB resident; doc/performance.md).  Not ".lbss": gcc reaches a
+ * large-data section through the GOT, a load more on free's fast path. */
+#define PM_SPARSE_BSS __attribute__((section(".bss.profmalloc_sparse")))
 #define PM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* An assertion that stays in release builds for cheap invariants whose
