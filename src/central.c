@@ -107,39 +107,12 @@ static pm_span_t *new_span(unsigned cls)
     return s;
 }
 
-/* How many never-used objects a get may cut from a span.  A class whose
- * last fresh cut was a moment ago is growing, and takes what it asks for
- * (a batch, after doubling from CARVE_FIRST); one that carves after a
- * quiet spell has reached a new high of a steady working set, and gets
- * CARVE_FIRST: every class's memory tops out at about that high plus the
- * last cut, and a whole batch there was, on average, 16 objects that were
- * never used (bench/churn: -47 KB resident; larson -500 KB).  The clock is
- * the CPU's cycle counter, no system call (the central lock is held);
- * where there is none, every cut takes what it asks for. */
-#define CARVE_FIRST 4
-uint64_t pm_carve_quiet = (uint64_t)1 << 14; /* cycles: 5-8 us at 2-3 GHz */
-
-static uint32_t carve_allow(pm_central_t *c)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    if (pm_carve_quiet == UINT64_MAX) return UINT32_MAX; /* tests: no limit */
-    uint64_t now = __builtin_ia32_rdtsc();
-    if (now - c->last_carve > pm_carve_quiet) c->carve_streak = 0;
-    else if (c->carve_streak < 3) c->carve_streak++;
-    c->last_carve = now;
-    return (uint32_t)CARVE_FIRST << c->carve_streak;
-#else
-    (void)c;
-    return UINT32_MAX;
-#endif
-}
-
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
 {
     pm_central_t *c = pm_central_of(cls);
     size_t size = pm_class_size[cls];
     void *chain = NULL;
-    uint32_t k = 0, allow = 0, cut = 0;
+    uint32_t k = 0;
     int fresh = 0;
     lock_central(c, cls);
     if (c->nslots) {
@@ -199,17 +172,14 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             chain = o;
             k++;
         }
-        if (k < n && s->carved < s->capacity && !allow) allow = carve_allow(c);
-        while (k < n && cut < allow && s->carved < s->capacity) {
+        while (k < n && s->carved < s->capacity) {
             void *o = (char *)span_base(s) + (size_t)s->carved++ * size;
             *(void **)o = chain;
             chain = o;
             k++;
-            cut++;
         }
         s->allocated += k - before;
         if (!s->freelist && s->carved == s->capacity) unlink_span(s);
-        if (allow && cut >= allow) break;
     }
     c->out += k;
     c->span_free -= k;

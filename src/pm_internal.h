@@ -146,10 +146,6 @@ pm_central_t *pm_central_find(unsigned cls); /* NULL while the class is unused *
 /* Returns a chain of up to n (>= 1) objects linked through their first
  * word and sets *got, or returns NULL when memory is exhausted. */
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
-/* Cycles between two fresh cuts of a class beyond which the second takes
- * at most a few objects (central.c carve_allow).  UINT64_MAX: a cut takes
- * what the get asks for (the unit tests that count objects per span). */
-extern uint64_t pm_carve_quiet;
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
 uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */

@@ -113,8 +113,6 @@ typedef struct pm_central {
     pm_span_t nonempty;          /* sentinel of a circular list */
     uint32_t nslots, max_slots;
     uint32_t park_max;           /* objects the slots may hold (central.c) */
-    uint32_t carve_streak;       /* fresh cuts in a row, each soon after the last */
-    uint64_t last_carve;         /* cycle counter at the last fresh cut */
     void *slots[PM_MAX_SLOTS];   /* parked chains (a stack), slot_n[i] objects each */
     uint8_t slot_n[PM_MAX_SLOTS];
     uint64_t parked;             /* objects in the slots */

@@ -424,11 +424,6 @@ static void test_calloc_zeroed_locked(void **state)
     munlock(d, n);
     free(moved);
     free(guard);
-    /* The search can leave 64 MiB free, and the refused madvise pauses the
-     * release rules for a second: the address-space tests after this one
-     * fork children that count on a heap without it (malloc_trim ignores
-     * the pause). */
-    malloc_trim(0);
 }
 
 /* Where madvise reports success but keeps the pages as they were (a

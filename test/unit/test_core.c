@@ -1742,50 +1742,6 @@ static void *take_front(void **chain, uint32_t n)
     return front;
 }
 
-/* Fresh objects: a class that carves soon after its last fresh cut is
- * growing and gets 4, 8, 16, then all it asks for; one that carves after a
- * quiet spell gets 4 (its memory tops out at its high plus that cut).
- * The other central tests run with no limit (main). */
-static void test_central_carve_after_quiet(void **state)
-{
-    (void)state;
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned cls = class_of_size(80); /* spans of 100+ objects */
-    pm_central_t *c = pm_central_of(cls);
-    uint32_t cap = pm_class_pages[cls] * PAGE / pm_class_size[cls], got;
-    assert_int_equal(c->out, 0);
-    assert_int_equal(c->spans, 0);
-    assert_true(cap >= 4 + 8 + 16 + 32 + 32 + 4); /* all six cuts from one span */
-    uint64_t saved = pm_carve_quiet;
-    pm_pageheap_stats_t before = ph_stats();
-
-    void *held[6];
-    uint32_t want[6] = {4, 8, 16, 32, 32, 4}, total = 0;
-    for (int i = 0; i < 6; i++) {
-        /* the first and the last after a quiet spell (every gap is quiet),
-         * the others as a growing class's (no gap is) */
-        pm_carve_quiet = (i == 0 || i == 5) ? 0 : UINT64_MAX - 1;
-        held[i] = pm_central_get(cls, 40, &got);
-        assert_non_null(held[i]);
-        assert_int_equal(got, want[i]);
-        assert_int_equal(chain_len(held[i]), got);
-        total += got;
-    }
-    assert_int_equal(c->out, total);
-    /* the span's uncarved rest stays for later gets, not handed out */
-    assert_int_equal(c->span_free, (uint64_t)c->spans * cap - total);
-
-    pm_carve_quiet = saved;
-    for (int i = 0; i < 6; i++) pm_central_put(cls, held[i], chain_len(held[i]));
-    pm_central_drain();
-    assert_int_equal(c->out, 0);
-    assert_int_equal(c->spans, 0);
-    assert_int_equal(ph_stats().in_use, before.in_use);
-#else
-    skip(); /* no cycle counter: every cut takes what it asks for */
-#endif
-}
-
 /* A get that the class's old spans can serve only in part comes back short
  * instead of opening a fresh span; once they are empty it opens one. */
 static void test_central_short_get(void **state)
@@ -3447,7 +3403,6 @@ int main(void)
 {
     pm_init();
     pm_sampler_set_rate(0);
-    pm_carve_quiet = UINT64_MAX; /* gets take what they ask for, as counted */
     const struct CMUnitTest sizeclass[] = {
         cmocka_unit_test(test_sizeclass_table),
         cmocka_unit_test(test_sizeclass_lookup_exhaustive),
@@ -3489,7 +3444,6 @@ int main(void)
     const struct CMUnitTest central[] = {
         cmocka_unit_test(test_central_get_put),
         cmocka_unit_test(test_central_short_get),
-        cmocka_unit_test(test_central_carve_after_quiet),
         cmocka_unit_test(test_central_transfer_slots),
         cmocka_unit_test(test_central_partial_slots),
         cmocka_unit_test(test_central_park_cap),
