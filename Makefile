@@ -29,9 +29,10 @@ SONAME := libprofmalloc.so.0
 # -fno-builtin-malloc: else gcc turns malloc+memset into a call to calloc.
 # -fno-reorder-blocks-and-partition: keeps every allocator function inside
 #   [pm_text_begin, pm_text_end], which the profiler uses to drop its frames.
+PM_NOSPLIT := $(shell $(CC) -Werror -fno-reorder-blocks-and-partition -E -x c /dev/null >/dev/null 2>&1 && echo -fno-reorder-blocks-and-partition)
 PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 	-fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc \
-	-ftls-model=initial-exec -fno-reorder-blocks-and-partition \
+	-ftls-model=initial-exec $(PM_NOSPLIT) \
 	-D_GNU_SOURCE -Isrc -Iinclude $(PM_EXTRA_CFLAGS)
 
 # The ladder, bottom up: os → meta/pagemap → pageheap → central → tcache →

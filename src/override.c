@@ -11,8 +11,15 @@
 #include <stdlib.h>
 
 PM_EXPORT void *malloc(size_t size) { return pm_malloc_inline(size); }
-/* this file's malloc, whichever one the program's references bind to */
-extern __typeof__(malloc) pm_malloc_here __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
+/* this file's malloc, whichever one the program's references bind to
+ * (gcc's copy attribute repeats malloc's own attributes; clang has none) */
+#if defined(__has_attribute) && __has_attribute(copy)
+#define PM_COPY_ATTRS(f) , copy(f)
+#else
+#define PM_COPY_ATTRS(f)
+#endif
+extern __typeof__(malloc) pm_malloc_here
+    __attribute__((alias("malloc"), visibility("hidden") PM_COPY_ATTRS(malloc)));
 PM_EXPORT void free(void *p) { pm_free_inline(p); }
 PM_EXPORT void *calloc(size_t n, size_t size) { return pm_calloc(n, size); }
 PM_EXPORT void *realloc(void *p, size_t size) { return pm_realloc(p, size); }
@@ -51,7 +58,9 @@ PM_EXPORT struct mallinfo mallinfo(void)
 
 /* glibc's internal entry points, which some programs and libraries call.
  * (An alias cannot repeat the declaration attributes of its target.) */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
+#endif
 PM_EXPORT void *__libc_malloc(size_t) __attribute__((alias("malloc")));
 PM_EXPORT void __libc_free(void *) __attribute__((alias("free")));
 PM_EXPORT void *__libc_calloc(size_t, size_t) __attribute__((alias("calloc")));

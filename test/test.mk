@@ -10,12 +10,14 @@
 #                      without LD_PRELOAD)
 #
 # The tests are compiled with flags of their own (not PM_CFLAGS), and with
-# -fno-builtin-* so the compiler keeps every allocation call they make.
+# -fno-builtin so the compiler keeps every allocation call they make.
 # Binaries linked with the shared library find it through the relocatable
 # rpath $ORIGIN/.. (they live in $(BUILD)/test/).
 
 TEST_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -pthread
-TEST_NOBUILTIN := -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free
+# (-fno-builtin whole: clang folds valloc(SIZE_MAX) == NULL to false even with
+# -fno-builtin-valloc.)
+TEST_NOBUILTIN := -fno-builtin
 TEST_DIR := $(BUILD)/test
 TEST_LINK_PM := -L$(BUILD) -Wl,--no-as-needed -lprofmalloc -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/..'
 TEST_PRELOAD := LD_PRELOAD=$(abspath $(PM_SO)) PM_TEST_REQUIRE_PROFMALLOC=1

@@ -38,6 +38,8 @@
 
 /* prof_chain.c, built with -fomit-frame-pointer */
 void *chain_a(size_t size);
+/* fp_chain.c, built with frame pointers */
+void *fp_outer(size_t size);
 
 static char g_dir[PATH_MAX];
 static char g_exe[PATH_MAX];
@@ -1259,18 +1261,6 @@ static void test_go_pprof_shows_sites(void **state)
 
 __attribute__((noinline)) static void exit_site(void) { keep[0] = malloc(8u << 20); }
 
-/* A chain built with frame pointers, for the frame-pointer walk. */
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) static void fp_site(void)
-{
-    keep[1] = malloc(8u << 20);
-    __asm__ volatile("" ::: "memory"); /* not a tail call */
-}
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) static void fp_outer(void)
-{
-    fp_site();
-    __asm__ volatile("" ::: "memory");
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--print-pid-and-exit") == 0) {
@@ -1281,7 +1271,7 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "--fp-chain-and-exit") == 0) {
         profmalloc_set_sample_rate(1);
-        fp_outer();
+        keep[1] = fp_outer(8u << 20);
         printf("%d\n", (int)getpid());
         return 0; /* exit() runs the dump */
     }

@@ -5,7 +5,7 @@
 
 ST_DIR := $(BUILD)/test/stacktrace
 ST_HDRS := src/pm.h src/pm_stacktrace.h src/pm_elf.h
-ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls -fno-reorder-blocks-and-partition
+ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls $(PM_NOSPLIT)
 ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
 	$(ST_DIR)/test_stacktrace.o
 

@@ -835,8 +835,7 @@ static void giveback_child(void *arg)
     dl_iterate_phdr(lib_tables, range);
     if (range[1] <= range[0]) _exit(77); /* no read-only segment: nothing to check */
     pm_stacktrace_pin_loaded();
-    volatile uint8_t sum = 0;
-    for (uintptr_t a = range[0]; a < range[1]; a += 4096) sum += *(const volatile uint8_t *)a;
+    for (uintptr_t a = range[0]; a < range[1]; a += 4096) (void)*(const volatile uint8_t *)a;
     long before = pages_mapped(range[0], range[1]);
     if (before < 0) _exit(77);
     if (before != (long)((range[1] - range[0]) / 4096)) _exit(3); /* the read maps them */
