@@ -62,7 +62,10 @@ typedef struct profmalloc_stats {
     uint64_t samples_live;     /* sampled blocks not yet freed */
 } profmalloc_stats_t;
 
-/* Fills *out; returns 0. */
+/* Fills *out; returns 0.  While no other thread allocates, mapped =
+ * in_use + thread_cache + central_cache + fragmentation + pageheap_free +
+ * released + metadata; otherwise (and in a child forked while other threads
+ * allocated) mapped also holds the blocks they were moving. */
 int profmalloc_get_stats(profmalloc_stats_t *out);
 
 /* Heap profiles.  A dump is a snapshot of the sampled allocation sites and
