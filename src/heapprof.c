@@ -500,12 +500,13 @@ PM_EXPORT int profmalloc_dump_fd(int fd, int format)
         errno = EINVAL;
         return -1;
     }
+    int entry_errno = errno; /* left as it was by a dump that succeeds */
     pm_init();
     pm_prof_snapshot_t snap;
     snapshot_mem_t mem;
     if (snapshot_take(&snap, &mem) != 0) return -1;
     int rc = pm_pprof_write(fd, &snap, format);
-    int saved = errno;
+    int saved = rc == 0 ? entry_errno : errno;
     pm_os_unmap(mem.base, mem.bytes);
     errno = saved;
     return rc;
@@ -745,6 +746,7 @@ PM_EXPORT int profmalloc_dump(const char *path)
         errno = EINVAL;
         return -1;
     }
+    int entry_errno = errno; /* a dump that succeeds leaves errno as it found it */
     int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
     /* path buffers are mapped, not on the stack: dumps (and the exit dump)
      * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
@@ -766,7 +768,7 @@ PM_EXPORT int profmalloc_dump(const char *path)
         rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK);
     else if (rc == DUMP_REPLACE)
         rc = dump_replacing(target, tmp, format, mode);
-    int saved = errno;
+    int saved = rc == 0 ? entry_errno : errno;
     pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
     pthread_setcancelstate(cancel_state, NULL);
     errno = saved;

@@ -769,6 +769,17 @@ static void test_dump_errors_leave_nothing(void **state)
     assert_int_equal(errno, EBADF);
     assert_int_equal(profmalloc_dump_fd(1, 42), -1);
     assert_int_equal(errno, EINVAL);
+    /* a dump that succeeds leaves errno alone (its temporary name's
+     * lookup had left ENOENT) */
+    errno = EDOM;
+    assert_int_equal(profmalloc_dump(path_in_dir("errno-kept.pb.gz")), 0);
+    assert_int_equal(errno, EDOM);
+    int fd = open(path_in_dir("errno-kept.heap"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    errno = EDOM;
+    assert_int_equal(profmalloc_dump_fd(fd, PROFMALLOC_FORMAT_LEGACY), 0);
+    assert_int_equal(errno, EDOM);
+    close(fd);
 }
 
 /* Reads a FIFO to its end in another thread (the dump's reader). */
