@@ -90,8 +90,9 @@ $(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END)
 
 # needed.c (dlopen at start-up) goes into the shared library only: in the
 # archive, its dlopen would make every static link warn (src/needed.c).
+# PM_EXTRA_CFLAGS on the link too: a -fsanitize=... build needs its runtime.
 $(PM_SO): $(BUILD)/profmalloc.o $(OBJ)/needed.o
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $^ -pthread
+	$(CC) $(PM_EXTRA_CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $^ -pthread
 	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
 
 # The archive's object keeps only the exported names global: the internal

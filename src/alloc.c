@@ -100,6 +100,9 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         if (p) {
             l->head = *(void **)p;
             l->len--;
+            /* a block written after its free sends the list elsewhere */
+            if (pm_config_debug && l->head && !pm_is_carved_object(l->head, cls))
+                pm_os_fatal("malloc(): corrupted free list (a block written after free?), link", l->head, 1);
         } else {
             p = pm_tcache_refill(t, cls);
         }
@@ -168,8 +171,27 @@ static pm_span_t *owner_for(const void *p, const char *what)
     if (!s || s->state != PM_SPAN_IN_USE || page < s->page || page >= s->page + s->npages)
         invalid_pointer(what, p);
     uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
-    if (s->cls ? offset % pm_class_size[s->cls] != 0 : offset != 0) invalid_pointer(what, p);
+    if (s->cls == 0) {
+        if (offset != 0) invalid_pointer(what, p);
+    } else if (offset % pm_class_size[s->cls] != 0 ||
+               /* never cut from the span: no one was given it (s->carved
+                * only grows while the span lives; a trim raises it) */
+               offset / pm_class_size[s->cls] >= *(volatile uint32_t *)&s->carved) {
+        invalid_pointer(what, p);
+    }
     return s;
+}
+
+int pm_is_carved_object(const void *p, unsigned cls)
+{
+    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
+    pm_span_t *s = pm_pagemap_span(page);
+    if (!s || s->state != PM_SPAN_IN_USE || s->cls != cls || page < s->page ||
+        page >= s->page + s->npages)
+        return 0;
+    uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
+    return offset % pm_class_size[cls] == 0 &&
+           offset / pm_class_size[cls] < *(volatile uint32_t *)&s->carved;
 }
 
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
@@ -196,6 +218,9 @@ void pm_free_slow(void *p)
     }
     pm_tlist_t *l = &t->list[cls];
     if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice (pm_internal.h) */
+    if (pm_config_debug) /* anywhere in the list: freed twice */
+        for (void **q = l->head; q; q = *q)
+            if (q == p) pm_os_fatal("free(): double free", p, 1);
     *(void **)p = l->head;
     l->head = p;
     l->len++;

@@ -167,6 +167,8 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         uint32_t before = k;
         while (k < n && s->freelist) {
             void *o = s->freelist;
+            if (pm_config_debug && !pm_is_carved_object(o, cls))
+                pm_os_fatal("malloc(): corrupted span free list, object", o, 1);
             s->freelist = *(void **)o;
             *(void **)o = chain;
             chain = o;
@@ -202,7 +204,7 @@ static void free_spans(pm_span_t *empty)
 
 /* Puts a chain of n objects back into their spans, unlocks c, and gives
  * the spans that became empty back to the page heap. */
-static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
+static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n)
 {
     pm_span_t *empty = NULL;
     c->span_free += n;
@@ -210,6 +212,14 @@ static void return_to_spans_locked(pm_central_t *c, void *chain, uint32_t n)
         void *o = chain;
         chain = *(void **)o;
         pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
+        /* a block already home in its span: freed twice (the debug build
+         * walks the span's free objects, at most a span's capacity) */
+        if (pm_config_debug) {
+            if (!pm_is_carved_object(o, cls) || s->allocated == 0)
+                pm_os_fatal("free(): invalid pointer or corrupted thread cache, object", o, 1);
+            for (void **q = s->freelist; q; q = *q)
+                if (q == o) pm_os_fatal("free(): double free", o, 1);
+        }
         *(void **)o = s->freelist;
         s->freelist = o;
         if (--s->allocated == 0) {
@@ -255,7 +265,7 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
         c->slots[c->nslots] = chain;
         c->slot_n[c->nslots++] = (uint8_t)n;
     } else {
-        return_to_spans_locked(c, chain, n); /* drops the lock */
+        return_to_spans_locked(c, cls, chain, n); /* drops the lock */
         return;
     }
     c->parked += n;
@@ -273,7 +283,7 @@ void pm_central_drain(void)
         while (c->nslots) {
             uint32_t top = --c->nslots, n = c->slot_n[top];
             c->parked -= n;
-            return_to_spans_locked(c, c->slots[top], n);
+            return_to_spans_locked(c, cls, c->slots[top], n);
             pm_lock(&c->lock);
         }
         pm_unlock(&c->lock);

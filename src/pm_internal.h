@@ -112,6 +112,10 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
     pm_leaf_t *leaf = pm_pagemap_leaf(page);
     return leaf ? leaf->span[page & ((1u << PM_LEAF_BITS) - 1)] : NULL;
 }
+/* Whether p is the start of an object of class cls that has been cut from
+ * its span (in use or free): the debug build's check of every link it
+ * follows (--enable-debug, doc/design.md). */
+int pm_is_carved_object(const void *p, unsigned cls);
 
 /* ---- pageheap.c: spans of pages, coalescing, release to the OS ------- */
 pm_span_t *pm_pageheap_alloc(size_t npages);
@@ -252,6 +256,7 @@ int pm_malloc_info(int options, struct _IO_FILE *fp);
  * churn benchmark's time for its two stores and one load (doc/design.md). */
 PM_INLINE void *pm_malloc_inline(size_t size)
 {
+    if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
     /* sizes up to 1 KiB take one compare to their class */
     if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
     pm_tcache_t *t = &pm_tls;
@@ -275,6 +280,10 @@ PM_INLINE void *pm_malloc_inline(size_t size)
 
 PM_INLINE void pm_free_inline(void *p)
 {
+    if (pm_config_debug) {
+        pm_free_slow(p); /* looks for p in its thread's list */
+        return;
+    }
     uintptr_t a = (uintptr_t)p;
     pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {

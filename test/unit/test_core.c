@@ -3397,6 +3397,35 @@ static void test_invalid_free_interior_aligned(void **state)
     pm_free(big);
 }
 
+/* The start of an object its span has not cut yet, which no malloc
+ * returned: the slow path's owner check (realloc, malloc_usable_size, a
+ * free that finds its list full) knows how far the span was cut. */
+static void usable_in_child(void *p) { (void)pm_usable_size(p); }
+static void realloc_in_child(void *p) { (void)pm_realloc(p, 100); }
+
+static void test_invalid_uncut_object(void **state)
+{
+    (void)state;
+    char *p = pm_malloc(1200); /* a class of this test's own */
+    pm_span_t *s = pm_pagemap_span((uintptr_t)p >> PM_PAGE_SHIFT);
+    size_t size = pm_class_size[s->cls];
+    assert_true(s->carved < s->capacity);
+    char *uncut = (char *)(s->page << PM_PAGE_SHIFT) + (size_t)s->carved * size;
+    char out[512], want[96];
+    int status = run_in_child(usable_in_child, uncut, out, sizeof out);
+    snprintf(want, sizeof want, "profmalloc: malloc_usable_size(): invalid pointer 0x%lx",
+             (unsigned long)(uintptr_t)uncut);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    assert_non_null(strstr(out, want));
+    status = run_in_child(realloc_in_child, uncut, out, sizeof out);
+    snprintf(want, sizeof want, "profmalloc: realloc(): invalid pointer 0x%lx", (unsigned long)(uintptr_t)uncut);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    assert_non_null(strstr(out, want));
+    /* the object before it was cut, and is accepted */
+    assert_int_equal(pm_usable_size(uncut - size), size);
+    pm_free(p);
+}
+
 /* ====================================================================== */
 
 int main(void)
@@ -3487,6 +3516,7 @@ int main(void)
     const struct CMUnitTest bad[] = {
         cmocka_unit_test(test_invalid_free),
         cmocka_unit_test(test_invalid_free_interior_aligned),
+        cmocka_unit_test(test_invalid_uncut_object),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("sizeclass", sizeclass, NULL, NULL);
