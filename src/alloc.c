@@ -105,6 +105,9 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
                 pm_os_fatal("malloc(): corrupted free list (a block written after free?), link", l->head, 1);
         } else {
             p = pm_tcache_refill(t, cls);
+            /* the chain came from a transfer slot or a span: its first link */
+            if (pm_config_debug && p && l->head && !pm_is_carved_object(l->head, cls))
+                pm_os_fatal("malloc(): corrupted free list (a block written after free?), link", l->head, 1);
         }
     } else {
         uint32_t got;
@@ -218,9 +221,16 @@ void pm_free_slow(void *p)
     }
     pm_tlist_t *l = &t->list[cls];
     if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice (pm_internal.h) */
-    if (pm_config_debug) /* anywhere in the list: freed twice */
-        for (void **q = l->head; q; q = *q)
+    if (pm_config_debug) { /* anywhere in the list: freed twice */
+        uint32_t seen = 0;
+        for (void **q = l->head; q; q = *q) {
             if (q == p) pm_os_fatal("free(): double free", p, 1);
+            /* each link checked before it is followed, the walk bounded by
+             * the list's length: a write after free may have made a cycle */
+            if (++seen > l->len || !pm_is_carved_object(q, cls))
+                pm_os_fatal("free(): corrupted free list (a block written after free?), link", q, 1);
+        }
+    }
     *(void **)p = l->head;
     l->head = p;
     l->len++;

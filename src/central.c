@@ -61,6 +61,20 @@ pm_central_t *pm_central_of(unsigned cls)
 
 static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
 
+/* The debug build's test of a link in span s's free list: an object cut
+ * from s (a link into another span is as corrupt as a wild one). */
+static int cut_from(const pm_span_t *s, const void *o, size_t size)
+{
+    uintptr_t base = s->page << PM_PAGE_SHIFT, a = (uintptr_t)o;
+    return a >= base && a < base + (size_t)s->carved * size && (a - base) % size == 0;
+}
+
+PM_COLD static void corrupt_link(const char *what, const void *o)
+{
+    pm_os_fatal(what, o, 1);
+}
+#define PM_BAD_LINK "(a block written after free?), link"
+
 /* Objects are taken from the head of the nonempty list.  Nearly full
  * spans go to the head and nearly empty ones to the tail, so allocation
  * fills the busy spans and the sparse ones get a chance to empty and go
@@ -125,7 +139,11 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             void *part = c->slots[top];
             void **last = part; /* part's take-th object, if needed */
             if (take < have || chain)
-                for (uint32_t i = 1; i < take; i++) last = *last;
+                for (uint32_t i = 1; i < take; i++) {
+                    if (pm_config_debug && !pm_is_carved_object(*last, cls))
+                        corrupt_link("malloc(): corrupted transfer slot " PM_BAD_LINK, *last);
+                    last = *last;
+                }
             if (take < have) {
                 c->slots[top] = *last;
                 c->slot_n[top] = (uint8_t)(have - take);
@@ -167,8 +185,8 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         uint32_t before = k;
         while (k < n && s->freelist) {
             void *o = s->freelist;
-            if (pm_config_debug && !pm_is_carved_object(o, cls))
-                pm_os_fatal("malloc(): corrupted span free list, object", o, 1);
+            if (pm_config_debug && !cut_from(s, o, size))
+                corrupt_link("malloc(): corrupted span free list " PM_BAD_LINK, o);
             s->freelist = *(void **)o;
             *(void **)o = chain;
             chain = o;
@@ -210,15 +228,22 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
     c->span_free += n;
     while (chain) {
         void *o = chain;
+        if (pm_config_debug && !pm_is_carved_object(o, cls))
+            corrupt_link("free(): corrupted free list " PM_BAD_LINK, o);
         chain = *(void **)o;
         pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
         /* a block already home in its span: freed twice (the debug build
-         * walks the span's free objects, at most a span's capacity) */
+         * walks the span's free objects, each link checked first and the
+         * walk bounded by the span's capacity: a cycle is corruption too) */
         if (pm_config_debug) {
-            if (!pm_is_carved_object(o, cls) || s->allocated == 0)
-                pm_os_fatal("free(): invalid pointer or corrupted thread cache, object", o, 1);
-            for (void **q = s->freelist; q; q = *q)
+            if (s->allocated == 0) pm_os_fatal("free(): double free", o, 1);
+            size_t size = pm_class_size[cls];
+            uint32_t seen = 0;
+            for (void **q = s->freelist; q; q = *q) {
                 if (q == o) pm_os_fatal("free(): double free", o, 1);
+                if (++seen > s->capacity || !cut_from(s, q, size))
+                    corrupt_link("free(): corrupted span free list " PM_BAD_LINK, q);
+            }
         }
         *(void **)o = s->freelist;
         s->freelist = o;

@@ -13,10 +13,12 @@
 PM_EXPORT void *malloc(size_t size) { return pm_malloc_inline(size); }
 /* this file's malloc, whichever one the program's references bind to
  * (gcc's copy attribute repeats malloc's own attributes; clang has none) */
-#if defined(__has_attribute) && __has_attribute(copy)
-#define PM_COPY_ATTRS(f) , copy(f)
-#else
 #define PM_COPY_ATTRS(f)
+#ifdef __has_attribute
+#if __has_attribute(copy)
+#undef PM_COPY_ATTRS
+#define PM_COPY_ATTRS(f) , copy(f)
+#endif
 #endif
 extern __typeof__(malloc) pm_malloc_here
     __attribute__((alias("malloc"), visibility("hidden") PM_COPY_ATTRS(malloc)));

@@ -16,24 +16,37 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pm_internal.h"
 
 /* Runs fn(arg) in a child, which must die of SIGABRT with `want` followed
- * by the address `at` as the last token of its message. */
-static void expect_abort(void (*fn)(void *), void *arg, const char *want, const void *at)
+ * by the address `at` (or `or_at`, when not NULL) as the last token of its
+ * message. */
+static void expect_abort_at(void (*fn)(void *), void *arg, const char *want, const void *at,
+                            const void *or_at)
 {
-    char msg[160], out[512];
-    snprintf(msg, sizeof msg, "profmalloc: %s 0x%lx", want, (unsigned long)(uintptr_t)at);
+    char msg[2][160], out[512];
+    snprintf(msg[0], sizeof msg[0], "profmalloc: %s 0x%lx", want, (unsigned long)(uintptr_t)at);
+    snprintf(msg[1], sizeof msg[1], "profmalloc: %s 0x%lx", want, (unsigned long)(uintptr_t)or_at);
     int status = run_in_child(fn, arg, out, sizeof out);
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
-        fail_msg("no abort for \"%s\" (status 0x%x, stderr \"%s\")", msg, status, out);
-    const char *hit = strstr(out, msg);
-    if (!hit) fail_msg("stderr \"%s\", want \"%s\"", out, msg);
-    const char *end = hit + strlen(msg);
-    assert_true(*end == '\n' || *end == 0);
+        fail_msg("no abort for \"%s\" (status 0x%x, stderr \"%s\")", msg[0], status, out);
+    for (int i = 0; i < (or_at ? 2 : 1); i++) {
+        const char *hit = strstr(out, msg[i]);
+        if (!hit) continue;
+        const char *end = hit + strlen(msg[i]);
+        assert_true(*end == '\n' || *end == 0);
+        return;
+    }
+    fail_msg("stderr \"%s\", want \"%s\"", out, msg[0]);
+}
+
+static void expect_abort(void (*fn)(void *), void *arg, const char *want, const void *at)
+{
+    expect_abort_at(fn, arg, want, at, NULL);
 }
 
 static void assert_debug_build(void) { assert_true(pm_config_debug); }
@@ -125,6 +138,59 @@ static void test_write_after_free(void **state)
     pm_free(blk[0]);
 }
 
+/* A write after free that makes the thread's list a cycle: the next free
+ * of the class walks the list, and must stop at its length, not spin. */
+static void cycle_child(void *arg)
+{
+    void **blk = arg;
+    pm_free(blk[0]);
+    pm_free(blk[1]); /* list: b -> a */
+    *(void **)blk[0] = blk[1]; /* a -> b: a cycle */
+    pm_free(blk[2]);
+}
+
+static void test_cycle_in_the_list(void **state)
+{
+    (void)state;
+    void *blk[3] = {pm_malloc(200), pm_malloc(200), pm_malloc(200)};
+    /* the walk stops on a or b, as the list's length falls */
+    expect_abort_at(cycle_child, blk, "free(): corrupted free list (a block written after free?), link",
+                    blk[0], blk[1]);
+    for (int i = 0; i < 3; i++) pm_free(blk[i]);
+}
+
+/* A chain parked in a transfer slot by a thread that exited, written
+ * after free: the refill that takes it checks its first link. */
+static void *free_and_exit(void *arg)
+{
+    void **blk = arg;
+    pm_free(blk[0]);
+    pm_free(blk[1]);
+    return NULL;
+}
+
+#define BOGUS ((void *)(uintptr_t)0x414141414140u)
+
+static void slot_child(void *arg)
+{
+    void **blk = arg;
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_and_exit, blk) != 0 || pthread_join(t, NULL) != 0) _exit(3);
+    *(void **)blk[0] = BOGUS;
+    *(void **)blk[1] = BOGUS;
+    for (int i = 0; i < 3; i++) (void)pm_malloc(320);
+}
+
+static void test_corrupted_transfer_chain(void **state)
+{
+    (void)state;
+    void *blk[2] = {pm_malloc(320), pm_malloc(320)};
+    expect_abort(slot_child, blk, "malloc(): corrupted free list (a block written after free?), link",
+                 BOGUS);
+    pm_free(blk[0]);
+    pm_free(blk[1]);
+}
+
 /* Correct use trips nothing: blocks of every size go between threads,
  * through realloc and the aligned calls, with flushes in between. */
 static void *worker(void *arg)
@@ -175,6 +241,8 @@ int main(void)
         cmocka_unit_test(test_double_free_after_flush),
         cmocka_unit_test(test_never_handed_out),
         cmocka_unit_test(test_write_after_free),
+        cmocka_unit_test(test_cycle_in_the_list),
+        cmocka_unit_test(test_corrupted_transfer_chain),
         cmocka_unit_test(test_correct_use_passes),
     };
     return cmocka_run_group_tests_name("debug build", tests, NULL, NULL);
