@@ -109,7 +109,10 @@ static void lock_central(pm_central_t *c, unsigned cls)
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
 }
 
-/* A fresh span for class cls, with every page mapped to it. */
+/* A fresh span for class cls, with every page mapped to it.  Its pages'
+ * class words stay 0 until the carve reaches them (cut_pages), so a free
+ * of an object no malloc was given, on a page not reached yet, misses
+ * free's fast path and meets the owner check. */
 static pm_span_t *new_span(unsigned cls)
 {
     pm_span_t *s = pm_pageheap_alloc(pm_class_pages[cls]);
@@ -117,8 +120,16 @@ static pm_span_t *new_span(unsigned cls)
     s->cls = (uint8_t)cls;
     s->capacity = (uint32_t)((s->npages << PM_PAGE_SHIFT) / pm_class_size[cls]);
     for (size_t i = 0; i < s->npages; i++) pm_pagemap_set_span(s->page + i, s);
-    pm_pagemap_set_class(s->page, s->npages, (uint8_t)cls);
     return s;
+}
+
+/* Objects [from, to) of s were just cut: the pages where they start get
+ * their class word (an OR, which keeps a sampled flag already there). */
+static void cut_pages(pm_span_t *s, unsigned cls, uint32_t from, uint32_t to)
+{
+    size_t size = pm_class_size[cls];
+    size_t first = ((size_t)from * size) >> PM_PAGE_SHIFT, last = ((size_t)(to - 1) * size) >> PM_PAGE_SHIFT;
+    for (size_t i = first; i <= last; i++) pm_pagemap_add_class(s->page + i, i, (uint8_t)cls);
 }
 
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
@@ -192,12 +203,14 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             chain = o;
             k++;
         }
+        uint32_t cut = s->carved;
         while (k < n && s->carved < s->capacity) {
             void *o = (char *)span_base(s) + (size_t)s->carved++ * size;
             *(void **)o = chain;
             chain = o;
             k++;
         }
+        if (s->carved != cut) cut_pages(s, cls, cut, s->carved);
         s->allocated += k - before;
         if (!s->freelist && s->carved == s->capacity) unlink_span(s);
     }

@@ -390,7 +390,9 @@ void pm_free_sampled(pm_span_t *s, void *p)
             if (s->sampled[1] == p) s->sampled[1] = NULL;
             if (--s->nsampled == 0) {
                 s->sampled_overflow = 0;
-                pm_pagemap_set_class(s->page, s->npages, s->cls); /* unflag */
+                /* unflag: the bits only, so pages the carve has not
+                 * reached keep their class word at 0 (central.c) */
+                for (size_t i = 0; i < s->npages; i++) pm_pagemap_mark_sampled(s->page + i, 0);
             }
         }
     }

@@ -60,6 +60,12 @@ void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls)
     }
 }
 
+void pm_pagemap_add_class(uintptr_t page, size_t index, uint8_t cls)
+{
+    _Atomic uint16_t *info = (_Atomic uint16_t *)&pm_pagemap_leaf(page)->info[page & LEAF_MASK];
+    atomic_fetch_or_explicit(info, (uint16_t)(cls | index << 8), memory_order_relaxed);
+}
+
 void pm_pagemap_mark_sampled(uintptr_t page, int on)
 {
     _Atomic uint16_t *info = (_Atomic uint16_t *)&pm_pagemap_leaf(page)->info[page & LEAF_MASK];

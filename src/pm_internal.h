@@ -98,6 +98,9 @@ int pm_pagemap_ensure_from(uintptr_t page, size_t n, pm_leaf_t **spares, size_t 
 void pm_pagemap_set_span(uintptr_t page, pm_span_t *s);
 void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls);
 void pm_pagemap_mark_sampled(uintptr_t page, int on);
+/* Sets a small span's page's class and index once the carve reaches it
+ * (central.c), keeping its sampled flag. */
+void pm_pagemap_add_class(uintptr_t page, size_t index, uint8_t cls);
 uint64_t pm_pagemap_bytes(void);
 
 PM_INLINE pm_leaf_t *pm_pagemap_leaf(uintptr_t page)

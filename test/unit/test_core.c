@@ -3426,6 +3426,27 @@ static void test_invalid_uncut_object(void **state)
     pm_free(p);
 }
 
+/* An uncut object on a page the carve has not reached: that page's class
+ * word is still 0, so even free's fast path (the list has room) sends it
+ * to the owner check. */
+static void test_invalid_free_uncut_page(void **state)
+{
+    (void)state;
+    char *p = pm_malloc(2800); /* 2816 B: spans of 3 pages, 8 objects; this test's class */
+    pm_span_t *s = pm_pagemap_span((uintptr_t)p >> PM_PAGE_SHIFT);
+    size_t size = pm_class_size[s->cls];
+    assert_int_equal(size, 2816);
+    size_t reached = ((size_t)(s->carved - 1) * size) >> PM_PAGE_SHIFT;
+    char *far = NULL;
+    for (uint32_t i = s->carved; i < s->capacity && !far; i++)
+        if ((((size_t)i * size) >> PM_PAGE_SHIFT) > reached) far = (char *)(s->page << PM_PAGE_SHIFT) + (size_t)i * size;
+    assert_non_null(far); /* the first refill of a class is short */
+    pm_tlist_t *l = &pm_tls.list[s->cls];
+    assert_true(l->len < l->max_len); /* so the fast path would have room */
+    expect_invalid_free(far, "an uncut object on a page the carve has not reached");
+    pm_free(p);
+}
+
 /* ====================================================================== */
 
 int main(void)
@@ -3517,6 +3538,7 @@ int main(void)
         cmocka_unit_test(test_invalid_free),
         cmocka_unit_test(test_invalid_free_interior_aligned),
         cmocka_unit_test(test_invalid_uncut_object),
+        cmocka_unit_test(test_invalid_free_uncut_page),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("sizeclass", sizeclass, NULL, NULL);
