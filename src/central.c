@@ -123,8 +123,11 @@ static pm_span_t *new_span(unsigned cls)
     return s;
 }
 
-/* Objects [from, to) of s were just cut: the pages where they start get
- * their class word (an OR, which keeps a sampled flag already there). */
+/* Objects [from, to) of s were just cut: the pages from the one where
+ * object `from` starts to the one where object `to - 1` starts get their
+ * class word (an OR, which keeps a sampled flag already there).  A page
+ * among them where no object starts (inside a long object) may be marked
+ * or not, depending on the batches; free's offset test fails there anyway. */
 static void cut_pages(pm_span_t *s, unsigned cls, uint32_t from, uint32_t to)
 {
     size_t size = pm_class_size[cls];
