@@ -100,15 +100,12 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         if (p) {
             l->head = *(void **)p;
             l->len--;
-            /* a block written after its free sends the list elsewhere */
-            if (pm_config_debug && l->head && !pm_is_carved_object(l->head, cls))
-                pm_os_fatal("malloc(): corrupted free list (a block written after free?), link", l->head, 1);
         } else {
             p = pm_tcache_refill(t, cls);
-            /* the chain came from a transfer slot or a span: its first link */
-            if (pm_config_debug && p && l->head && !pm_is_carved_object(l->head, cls))
-                pm_os_fatal("malloc(): corrupted free list (a block written after free?), link", l->head, 1);
         }
+        /* a block written after its free sends the list elsewhere */
+        if (pm_config_debug && p && l->head && !pm_is_carved_object(l->head, cls))
+            pm_bad_link(0, l->head);
     } else {
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
@@ -173,28 +170,24 @@ static pm_span_t *owner_for(const void *p, const char *what)
     pm_span_t *s = pm_pagemap_span(page);
     if (!s || s->state != PM_SPAN_IN_USE || page < s->page || page >= s->page + s->npages)
         invalid_pointer(what, p);
-    uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
-    if (s->cls == 0) {
-        if (offset != 0) invalid_pointer(what, p);
-    } else if (offset % pm_class_size[s->cls] != 0 ||
-               /* never cut from the span: no one was given it (s->carved
-                * only grows while the span lives; a trim raises it) */
-               offset / pm_class_size[s->cls] >= *(volatile uint32_t *)&s->carved) {
-        invalid_pointer(what, p);
-    }
+    /* a small block must be one the span has cut: no one was given the rest */
+    if (s->cls ? !pm_span_cut_object(s, p) : a != s->page << PM_PAGE_SHIFT) invalid_pointer(what, p);
     return s;
 }
 
 int pm_is_carved_object(const void *p, unsigned cls)
 {
-    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
-    if (!s || s->state != PM_SPAN_IN_USE || s->cls != cls || page < s->page ||
-        page >= s->page + s->npages)
-        return 0;
-    uintptr_t offset = a - (s->page << PM_PAGE_SHIFT);
-    return offset % pm_class_size[cls] == 0 &&
-           offset / pm_class_size[cls] < *(volatile uint32_t *)&s->carved;
+    return s && s->state == PM_SPAN_IN_USE && s->cls == cls && page >= s->page &&
+           pm_span_cut_object(s, p);
+}
+
+void pm_bad_link(int in_free, const void *link)
+{
+    pm_os_fatal(in_free ? "free(): corrupted free list (a block written after free?), link"
+                        : "malloc(): corrupted free list (a block written after free?), link",
+                link, 1);
 }
 
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
@@ -227,8 +220,7 @@ void pm_free_slow(void *p)
             if (q == p) pm_os_fatal("free(): double free", p, 1);
             /* each link checked before it is followed, the walk bounded by
              * the list's length: a write after free may have made a cycle */
-            if (++seen > l->len || !pm_is_carved_object(q, cls))
-                pm_os_fatal("free(): corrupted free list (a block written after free?), link", q, 1);
+            if (++seen > l->len || !pm_is_carved_object(q, cls)) pm_bad_link(1, q);
         }
     }
     *(void **)p = l->head;

@@ -63,17 +63,10 @@ static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << P
 
 /* The debug build's test of a link in span s's free list: an object cut
  * from s (a link into another span is as corrupt as a wild one). */
-static int cut_from(const pm_span_t *s, const void *o, size_t size)
+static int cut_from(const pm_span_t *s, const void *o)
 {
-    uintptr_t base = s->page << PM_PAGE_SHIFT, a = (uintptr_t)o;
-    return a >= base && a < base + (size_t)s->carved * size && (a - base) % size == 0;
+    return (uintptr_t)o >= s->page << PM_PAGE_SHIFT && pm_span_cut_object(s, o);
 }
-
-PM_COLD static void corrupt_link(const char *what, const void *o)
-{
-    pm_os_fatal(what, o, 1);
-}
-#define PM_BAD_LINK "(a block written after free?), link"
 
 /* Objects are taken from the head of the nonempty list.  Nearly full
  * spans go to the head and nearly empty ones to the tail, so allocation
@@ -154,8 +147,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             void **last = part; /* part's take-th object, if needed */
             if (take < have || chain)
                 for (uint32_t i = 1; i < take; i++) {
-                    if (pm_config_debug && !pm_is_carved_object(*last, cls))
-                        corrupt_link("malloc(): corrupted transfer slot " PM_BAD_LINK, *last);
+                    if (pm_config_debug && !pm_is_carved_object(*last, cls)) pm_bad_link(0, *last);
                     last = *last;
                 }
             if (take < have) {
@@ -199,8 +191,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         uint32_t before = k;
         while (k < n && s->freelist) {
             void *o = s->freelist;
-            if (pm_config_debug && !cut_from(s, o, size))
-                corrupt_link("malloc(): corrupted span free list " PM_BAD_LINK, o);
+            if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
             s->freelist = *(void **)o;
             *(void **)o = chain;
             chain = o;
@@ -244,8 +235,7 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
     c->span_free += n;
     while (chain) {
         void *o = chain;
-        if (pm_config_debug && !pm_is_carved_object(o, cls))
-            corrupt_link("free(): corrupted free list " PM_BAD_LINK, o);
+        if (pm_config_debug && !pm_is_carved_object(o, cls)) pm_bad_link(1, o);
         chain = *(void **)o;
         pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
         /* a block already home in its span: freed twice (the debug build
@@ -253,12 +243,10 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
          * walk bounded by the span's capacity: a cycle is corruption too) */
         if (pm_config_debug) {
             if (s->allocated == 0) pm_os_fatal("free(): double free", o, 1);
-            size_t size = pm_class_size[cls];
             uint32_t seen = 0;
             for (void **q = s->freelist; q; q = *q) {
                 if (q == o) pm_os_fatal("free(): double free", o, 1);
-                if (++seen > s->capacity || !cut_from(s, q, size))
-                    corrupt_link("free(): corrupted span free list " PM_BAD_LINK, q);
+                if (++seen > s->capacity || !cut_from(s, q)) pm_bad_link(1, q);
             }
         }
         *(void **)o = s->freelist;

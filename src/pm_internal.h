@@ -115,10 +115,20 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
     pm_leaf_t *leaf = pm_pagemap_leaf(page);
     return leaf ? leaf->span[page & ((1u << PM_LEAF_BITS) - 1)] : NULL;
 }
-/* Whether p is the start of an object of class cls that has been cut from
- * its span (in use or free): the debug build's check of every link it
- * follows (--enable-debug, doc/design.md). */
+/* Whether p (at or past s's first page) starts an object that small span s
+ * has cut, in use or free.  s->carved is read without the class's lock: it
+ * only grows while the span lives (a trim raises it for a while). */
+PM_INLINE int pm_span_cut_object(const pm_span_t *s, const void *p)
+{
+    uintptr_t off = (uintptr_t)p - (s->page << PM_PAGE_SHIFT);
+    size_t size = pm_class_size[s->cls];
+    return off % size == 0 && off / size < *(volatile const uint32_t *)&s->carved;
+}
+/* The same for any p, and a span of class cls: the debug build's check of
+ * every link it follows (--enable-debug, doc/design.md). */
 int pm_is_carved_object(const void *p, unsigned cls);
+/* The debug build's report of a bad link met by malloc (in_free 0) or free. */
+void pm_bad_link(int in_free, const void *link) __attribute__((noreturn, cold));
 
 /* ---- pageheap.c: spans of pages, coalescing, release to the OS ------- */
 pm_span_t *pm_pageheap_alloc(size_t npages);
