@@ -6,7 +6,9 @@
 #define CHILD_STDERR_H
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +44,23 @@ static inline int run_in_child(void (*fn)(void *), void *arg, char *out, size_t 
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     return status;
+}
+
+/* Runs fn(arg) in a child that must die of SIGABRT with stderr holding
+ * "profmalloc: <what> 0x<at>", the address the last token of its line.
+ * `label` names the case in a failure. */
+static inline void expect_child_abort(void (*fn)(void *), void *arg, const char *what,
+                                      const void *at, const char *label)
+{
+    char want[192], out[512];
+    snprintf(want, sizeof want, "profmalloc: %s 0x%lx", what, (unsigned long)(uintptr_t)at);
+    int status = run_in_child(fn, arg, out, sizeof out);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
+        fail_msg("%s: no abort (status 0x%x, stderr \"%s\"), want \"%s\"", label, status, out, want);
+    const char *hit = strstr(out, want);
+    if (!hit) fail_msg("%s: stderr \"%s\", want \"%s\"", label, out, want);
+    const char *end = hit + strlen(want);
+    assert_true(*end == '\n' || *end == 0);
 }
 
 #endif
