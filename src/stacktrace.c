@@ -738,6 +738,15 @@ static void cache_grow(void)
         munmap(t, bytes);
 }
 
+/* A lookup met another PC's entry in its slot (a miss, or a hit in the
+ * second way): PM_ST_GROW_AFTER of them in the small cache grow it. */
+static void note_conflict(const cache_entry_t *cache)
+{
+    if (cache == small_cache &&
+        atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 >= PM_ST_GROW_AFTER)
+        cache_grow();
+}
+
 static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
 {
     size_t n = (size_t)(end - p);
@@ -1217,10 +1226,7 @@ static void find_rule(uintptr_t pc, frame_rule_t *r, uint64_t *touched)
         uint64_t akx = atomic_load_explicit(&alt->key_x_data, memory_order_relaxed);
         ad = atomic_load_explicit(&alt->data, memory_order_relaxed);
         if (!(ad & 1) || (akx ^ ad) != key) goto miss;
-        /* a second probe counts toward growing the small cache as a miss does */
-        if (cache == small_cache &&
-            atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 >= PM_ST_GROW_AFTER)
-            cache_grow();
+        note_conflict(cache);
         d = ad;
     }
     unpack_rule(d, r); /* one call site, so that it stays inlined */
@@ -1247,9 +1253,7 @@ miss:
         atomic_store_explicit(&e->data, nd, memory_order_relaxed);
         atomic_store_explicit(&e->key_x_data, key ^ nd, memory_order_relaxed);
     }
-    if ((d & 1) && cache == small_cache &&
-        atomic_fetch_add_explicit(&cache_evictions, 1, memory_order_relaxed) + 1 >= PM_ST_GROW_AFTER)
-        cache_grow();
+    if (d & 1) note_conflict(cache);
 }
 
 /* ---- stepping ------------------------------------------------------------ */
