@@ -88,10 +88,11 @@ $(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END)
 $(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END)
 	$(LD) -r -o $@ $^
 
-# needed.c (dlopen at start-up) goes into the shared library only: in the
-# archive, its dlopen would make every static link warn (src/needed.c).
+# needed.c (dlopen at start-up) and deepbind.c (a dlopen of our own) go
+# into the shared library only: in the archive, a dlopen would make every
+# static link warn (src/needed.c), and a static program's is libc.a's.
 # PM_EXTRA_CFLAGS on the link too: a -fsanitize=... build needs its runtime.
-$(PM_SO): $(BUILD)/profmalloc.o $(OBJ)/needed.o
+$(PM_SO): $(BUILD)/profmalloc.o $(OBJ)/needed.o $(OBJ)/deepbind.o
 	$(CC) $(PM_EXTRA_CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $^ -pthread
 	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
 

@@ -7,6 +7,7 @@
 #   check-integration  test/integration/linked.c against the .so and the .a
 #                      (and -static), installed.sh (make install + pkg-config;
 #                      the recipe is marked "+" so that make shares its jobs),
+#                      deepbind.c (a plugin opened with RTLD_DEEPBIND),
 #                      then test/integration/run.sh (real programs with and
 #                      without LD_PRELOAD)
 #
@@ -27,7 +28,8 @@ TEST_TIMEOUT := timeout -k 5
 TEST_BINS := $(TEST_DIR)/test_api_linked $(TEST_DIR)/test_api_plain \
              $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain \
              $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/preload_check \
-             $(TEST_DIR)/linked_fully_static $(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr
+             $(TEST_DIR)/linked_fully_static $(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr \
+             $(TEST_DIR)/deepbind_plain $(TEST_DIR)/deepbind_linked
 
 # ---- API conformance ---------------------------------------------------------
 $(TEST_DIR)/test_api_linked: test/api/test_api.c include/profmalloc.h $(PM_SO)
@@ -71,6 +73,20 @@ $(TEST_DIR)/linked_nohdr: test/integration/linked.c include/profmalloc.h $(PM_SO
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -Wl,--no-eh-frame-hdr $< -o $@ $(TEST_LINK_PM)
 
+# a plugin opened with RTLD_DEEPBIND, found through the program's RUNPATH
+$(TEST_DIR)/deepbind/libpm_deepbind_plug.so: test/integration/deepbind_plug.c
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) -fPIC -shared $< -o $@
+
+TEST_DEEPBIND_RUNPATH := -Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/deepbind'
+$(TEST_DIR)/deepbind_plain: test/integration/deepbind.c $(TEST_DIR)/deepbind/libpm_deepbind_plug.so
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) $< -o $@ $(TEST_DEEPBIND_RUNPATH) -ldl
+
+$(TEST_DIR)/deepbind_linked: test/integration/deepbind.c $(TEST_DIR)/deepbind/libpm_deepbind_plug.so $(PM_SO)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_NOBUILTIN) $< -o $@ $(TEST_DEEPBIND_RUNPATH) $(TEST_LINK_PM) -ldl
+
 $(TEST_DIR)/preload_check: test/integration/preload_check.c include/profmalloc.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $< -o $@
@@ -99,7 +115,8 @@ check-stress: $(TEST_DIR)/test_stress_linked $(TEST_DIR)/test_stress_plain
 	exit $$rc
 
 check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/linked_fully_static \
-		$(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr $(TEST_DIR)/preload_check $(PM_SO)
+		$(TEST_DIR)/linked_fully_static_gold $(TEST_DIR)/linked_nohdr $(TEST_DIR)/preload_check $(PM_SO) \
+		$(TEST_DIR)/deepbind_plain $(TEST_DIR)/deepbind_linked
 	+@rc=0; \
 	echo "== linked.c against the shared library"; \
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_so || rc=1; \
@@ -113,6 +130,10 @@ check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/l
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_nohdr || rc=1; \
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $$($(CC) -print-file-name=ld-linux-x86-64.so.2) \
 		$(TEST_DIR)/linked_nohdr || rc=1; \
+	echo "== a plugin opened with RTLD_DEEPBIND: LD_PRELOAD, -lprofmalloc, glibc alone"; \
+	$(TEST_PRELOAD) $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain || rc=1; \
+	PM_TEST_REQUIRE_PROFMALLOC=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_linked || rc=1; \
+	$(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain || rc=1; \
 	echo "== make install, then programs built with pkg-config"; \
 	test/integration/installed.sh || rc=1; \
 	echo "== real programs with and without LD_PRELOAD"; \

@@ -3,7 +3,7 @@
 #
 # Runs real programs with and without LD_PRELOAD=<lib> and compares their
 # exit codes and outputs (python3 with PYTHONMALLOC=malloc, perl, git,
-# sqlite3, gcc, a coreutils pipeline).  First checks that the preload is
+# sqlite3, gcc, php, a coreutils pipeline).  First checks that the preload is
 # really active.  A missing program is skipped.  Ends with the line
 # "N passed, N failed, N skipped" and exits non-zero if anything failed.
 #
@@ -219,6 +219,23 @@ nm prog.o | awk "{print \$NF}" | sort
 '
 else
     skipped gcc "not installed"
+fi
+
+# ---- php: opens its extensions with RTLD_DEEPBIND (Debian 12's 8.2) ----------
+if have php; then
+    compare php '
+php -r '"'"'
+$a = [];
+for ($i = 0; $i < 50000; $i++) $a["k$i"] = str_repeat(chr(97 + $i % 26), $i % 40);
+ksort($a);
+echo count($a), " ", strlen(implode(",", $a)), " ", md5(serialize(array_slice($a, 0, 500))), "\n";
+echo count(token_get_all("<?php function f(\$x) { return \$x * 2; } echo f(21);")), "\n";
+echo json_encode(array_map(fn($x) => $x * $x, range(1, 10))), "\n";
+'"'"'
+php -m | sort
+'
+else
+    skipped php "not installed"
 fi
 
 # ---- coreutils pipeline ----------------------------------------------------
