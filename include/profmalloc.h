@@ -22,6 +22,8 @@
  *                            the OS (default 64M; pages unused for 1 s go back
  *                            anyway)
  *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
+ *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen keeps RTLD_DEEPBIND (by default the
+ *                            library's dlopen drops it: profmalloc(3) NOTES)
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H

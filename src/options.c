@@ -12,6 +12,7 @@ pm_options_t pm_options = {
     .tcache_bytes = 32u << 20,
     .release_bytes = 64u << 20,
     .verbose = 0,
+    .keep_deepbind = 0,
 };
 
 enum kind { SIZE, PATTERN, BOOL, UNWIND };
@@ -36,6 +37,8 @@ static const struct option {
      "the memory in use, whichever is more", &pm_options.release_bytes_set},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "1: print the options in force at start", NULL},
+    {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
+     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL},
 };
 
 static void complain(const char *name, const char *value, const char *doc)

@@ -42,6 +42,7 @@ typedef struct pm_options {
     uint64_t release_bytes;    /* PROFMALLOC_RELEASE_BYTES */
     int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */
+    int keep_deepbind;         /* PROFMALLOC_KEEP_DEEPBIND=1 (deepbind.c) */
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);

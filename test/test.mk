@@ -130,10 +130,12 @@ check-integration: $(TEST_DIR)/linked_so $(TEST_DIR)/linked_static $(TEST_DIR)/l
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/linked_nohdr || rc=1; \
 	PROFMALLOC_SAMPLE_RATE=1 $(TEST_TIMEOUT) 30 $$($(CC) -print-file-name=ld-linux-x86-64.so.2) \
 		$(TEST_DIR)/linked_nohdr || rc=1; \
-	echo "== a plugin opened with RTLD_DEEPBIND: LD_PRELOAD, -lprofmalloc, glibc alone"; \
+	echo "== a plugin opened with RTLD_DEEPBIND: LD_PRELOAD, -lprofmalloc, glibc alone; dlmopen; PROFMALLOC_KEEP_DEEPBIND=1"; \
 	$(TEST_PRELOAD) $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain || rc=1; \
 	PM_TEST_REQUIRE_PROFMALLOC=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_linked || rc=1; \
 	$(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain || rc=1; \
+	$(TEST_PRELOAD) $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain dlmopen || rc=1; \
+	$(TEST_PRELOAD) PROFMALLOC_KEEP_DEEPBIND=1 $(TEST_TIMEOUT) 30 $(TEST_DIR)/deepbind_plain keep || rc=1; \
 	echo "== make install, then programs built with pkg-config"; \
 	test/integration/installed.sh || rc=1; \
 	echo "== real programs with and without LD_PRELOAD"; \

@@ -4,7 +4,8 @@
  * the first exchange aborts in glibc ("free(): invalid pointer").
  * The plugin is opened by its bare name, which only this program's
  * DT_RUNPATH ($ORIGIN/deepbind) finds: so the dlopen that runs must still
- * see this program as its caller.  Runs with and without profmalloc
+ * see this program as its caller.  The same with dlmopen(LM_ID_BASE, ...),
+ * and with PROFMALLOC_KEEP_DEEPBIND=1, which keeps the flag.  Runs with and without profmalloc
  * (LD_PRELOAD, -lprofmalloc, neither; PM_TEST_REQUIRE_PROFMALLOC set: it
  * must be loaded); prints "ok" and exits 0, or says what failed and
  * exits 1. */
@@ -16,11 +17,18 @@
 static int failed;
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); failed = 1; } } while (0)
 
-int main(void)
+int main(int argc, char **argv)
 {
-    void *h = dlopen("libpm_deepbind_plug.so", RTLD_NOW | RTLD_DEEPBIND);
+    /* argv[1]: "dlmopen" opens it with dlmopen(LM_ID_BASE, ...); "keep"
+     * (run with PROFMALLOC_KEEP_DEEPBIND=1) checks that the flag was kept,
+     * and passes no block across */
+    const char *how = argc > 1 ? argv[1] : "dlopen";
+    int keep = strcmp(how, "keep") == 0;
+    void *h = strcmp(how, "dlmopen") == 0
+                  ? dlmopen(LM_ID_BASE, "libpm_deepbind_plug.so", RTLD_NOW | RTLD_DEEPBIND)
+                  : dlopen("libpm_deepbind_plug.so", RTLD_NOW | RTLD_DEEPBIND);
     if (!h) {
-        fprintf(stderr, "FAIL: dlopen by the program's RUNPATH: %s\n", dlerror());
+        fprintf(stderr, "FAIL: %s by the program's RUNPATH: %s\n", how, dlerror());
         return 1;
     }
     void (*pfree)(void *) = (void (*)(void *))dlsym(h, "plug_free");
@@ -35,6 +43,12 @@ int main(void)
     if (getenv("PM_TEST_REQUIRE_PROFMALLOC"))
         CHECK(dlsym(RTLD_DEFAULT, "profmalloc_dump") != NULL, "profmalloc is not loaded");
     void *global_free = dlsym(RTLD_DEFAULT, "free");
+    if (keep) {
+        CHECK(pfree_addr() != global_free, "PROFMALLOC_KEEP_DEEPBIND=1: the plugin's free is the program's");
+        dlclose(h);
+        if (!failed) puts("ok");
+        return failed;
+    }
     CHECK(pfree_addr() == global_free, "the plugin's free is %p, the program's %p", pfree_addr(), global_free);
 
     /* the program's blocks, small and page-sized, freed and grown by the plugin */
