@@ -116,6 +116,7 @@ void pm_options_load(void)
         pm_buf_str(&b, " release_bytes=");
         pm_buf_u64(&b, pm_options.release_bytes);
         pm_buf_str(&b, pm_options.unwind_fp ? " unwind=fp" : " unwind=dwarf");
+        if (pm_options.keep_deepbind) pm_buf_str(&b, " keep_deepbind=1");
         line[b.len] = 0;
         pm_os_message(line);
     }
