@@ -115,11 +115,16 @@ uint64_t pm_heapprof_live_samples(void)
 
 /* Chains only ever gain nodes at their head, published with a release
  * store, so the bucket table can be searched without its lock. */
-static void table_insert(table_t *t, node_t *n)
+static void table_link(table_t *t, node_t *n)
 {
     node_t **head = &t->heads[n->hash & (t->nheads - 1)];
     __atomic_store_n(&n->next, *head, __ATOMIC_RELAXED);
     __atomic_store_n(head, n, __ATOMIC_RELEASE);
+}
+
+static void table_insert(table_t *t, node_t *n)
+{
+    table_link(t, n);
     t->count++;
 }
 
@@ -163,11 +168,13 @@ static int table_room(pm_lock_t *lock, table_t *t)
         old_n = t->nheads;
         t->heads = heads;
         t->nheads = want;
-        t->count = 0;
+        /* count stays as it is: pm_heapprof_live_samples reads it without
+         * the lock (zeroed and counted up again, the stats' live samples
+         * fell by up to a shard's records while a table grew: a TSan run) */
         for (uint64_t i = 0; i < old_n; i++) {
             for (node_t *n = old[i], *next; n; n = next) {
                 next = n->next;
-                table_insert(t, n);
+                table_link(t, n);
             }
         }
     }

@@ -602,6 +602,51 @@ __attribute__((noinline)) static void xthread_site(void **blocks)
     for (int i = 0; i < 5000; i++) blocks[i] = malloc(48 + (size_t)(i % 3) * 1000);
 }
 
+/* samples_live only grows while one thread allocates at rate 1 and frees
+ * nothing, whatever the moment another thread reads the stats.  Growing a
+ * shard's record table reset its count and counted it up again, and a
+ * reader saw up to a shard's records missing (found by a TSan run). */
+#define LIVE_N 200000
+static void **live_blocks;
+static atomic_int live_done;
+
+static void *live_allocator(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < LIVE_N; i++) live_blocks[i] = malloc(16 + (size_t)(i % 64) * 16);
+    atomic_store(&live_done, 1);
+    return NULL;
+}
+
+static void test_live_samples_never_fall(void **state)
+{
+    (void)state;
+    uint64_t rate = profmalloc_get_sample_rate();
+    live_blocks = malloc(LIVE_N * sizeof *live_blocks);
+    assert_non_null(live_blocks);
+    profmalloc_set_sample_rate(1);
+    atomic_store(&live_done, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, live_allocator, NULL), 0);
+    uint64_t prev = 0, falls = 0, polls = 0;
+    while (!atomic_load(&live_done)) {
+        profmalloc_stats_t st;
+        profmalloc_get_stats(&st);
+        if (st.samples_live < prev) falls++;
+        prev = st.samples_live;
+        polls++;
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    profmalloc_stats_t st;
+    profmalloc_get_stats(&st);
+    assert_true(st.samples_live >= LIVE_N);
+    for (int i = 0; i < LIVE_N; i++) free(live_blocks[i]);
+    free(live_blocks);
+    profmalloc_set_sample_rate(rate);
+    assert_true(polls > 100);
+    assert_int_equal(falls, 0);
+}
+
 static void test_free_from_another_thread(void **state)
 {
     (void)state;
@@ -1311,6 +1356,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sampled_after_thread_cache_flush),
         cmocka_unit_test(test_reports_on_a_small_stack),
         cmocka_unit_test(test_free_from_another_thread),
+        cmocka_unit_test(test_live_samples_never_fall),
         cmocka_unit_test(test_allocation_before_constructors),
         cmocka_unit_test(test_dump_errors_leave_nothing),
         cmocka_unit_test(test_dump_to_special_files),
