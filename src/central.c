@@ -199,7 +199,9 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         }
         uint32_t cut = s->carved;
         while (k < n && s->carved < s->capacity) {
-            void *o = (char *)span_base(s) + (size_t)s->carved++ * size;
+            void *o = (char *)span_base(s) + (size_t)s->carved * size;
+            /* read without the lock by the owner check (pm_span_cut_object) */
+            __atomic_store_n(&s->carved, s->carved + 1, __ATOMIC_RELAXED);
             *(void **)o = chain;
             chain = o;
             k++;
@@ -344,7 +346,7 @@ static void give_back_locked(pm_central_t *c, pm_span_t **empty)
             *last = s->held;
         }
         s->held = NULL;
-        s->carved = s->held_carved;
+        __atomic_store_n(&s->carved, s->held_carved, __ATOMIC_RELAXED);
         s->allocated -= s->held_pin;
         s->trimming = 0;
         if (s->allocated == 0 && empty) {
@@ -390,7 +392,7 @@ uint64_t pm_central_release_free(void)
             s->held_pin = s->capacity - s->allocated;
             s->held_carved = s->carved;
             s->freelist = NULL;
-            s->carved = s->capacity;
+            __atomic_store_n(&s->carved, s->capacity, __ATOMIC_RELAXED);
             s->allocated = s->capacity;
             s->trimming = 1;
             s->next = c->trim_held; /* off the nonempty list: the link is free */

@@ -3,9 +3,10 @@
  * A library opened with RTLD_DEEPBIND looks its symbols up in itself and
  * its own dependencies before the global scope: its free() is the C
  * library's, and the first block it frees that our malloc returned ends in
- * glibc's "free(): invalid pointer" (Debian 12's php opens its extensions
- * so: `php -v` died at start-up).  Every preloaded allocator has this
- * problem (jemalloc, tcmalloc, mimalloc here); the fix they used, glibc's
+ * glibc's "free(): invalid pointer" (or "invalid size", or a crash): Debian
+ * 12's php opens its extensions so, and `php -v` died at start-up.  Every
+ * preloaded allocator has this problem (jemalloc, tcmalloc, mimalloc here);
+ * the fix they used, glibc's
  * __free_hook, is gone since glibc 2.34.  So profmalloc's dlopen drops the
  * flag: the library then binds free() and the rest to profmalloc, as
  * every library loaded at start-up does (PHP itself stopped passing the

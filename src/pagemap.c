@@ -47,7 +47,7 @@ int pm_pagemap_ensure_from(uintptr_t page, size_t n, pm_leaf_t **spares, size_t 
 
 void pm_pagemap_set_span(uintptr_t page, pm_span_t *s)
 {
-    pm_pagemap_leaf(page)->span[page & LEAF_MASK] = s;
+    __atomic_store_n(&pm_pagemap_leaf(page)->span[page & LEAF_MASK], s, __ATOMIC_RELAXED);
 }
 
 void pm_pagemap_set_class(uintptr_t page, size_t n, uint8_t cls)

@@ -114,16 +114,20 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
 {
     if (page >> (PM_ADDR_BITS - PM_PAGE_SHIFT)) return NULL;
     pm_leaf_t *leaf = pm_pagemap_leaf(page);
-    return leaf ? leaf->span[page & ((1u << PM_LEAF_BITS) - 1)] : NULL;
+    /* relaxed: new_span maps a span's pages without the page heap's lock
+     * (the page heap reads only a neighbour's first and last, which it set
+     * to the same span before handing it out) */
+    return leaf ? __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) : NULL;
 }
 /* Whether p (at or past s's first page) starts an object that small span s
- * has cut, in use or free.  s->carved is read without the class's lock: it
- * only grows while the span lives (a trim raises it for a while). */
+ * has cut, in use or free.  s->carved is read without the class's lock
+ * (its writes under the lock are relaxed stores): it never drops below an
+ * object already handed out (a trim raises it for a while). */
 PM_INLINE int pm_span_cut_object(const pm_span_t *s, const void *p)
 {
     uintptr_t off = (uintptr_t)p - (s->page << PM_PAGE_SHIFT);
     size_t size = pm_class_size[s->cls];
-    return off % size == 0 && off / size < *(volatile const uint32_t *)&s->carved;
+    return off % size == 0 && off / size < __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
 }
 /* The same for any p, and a span of class cls: the debug build's check of
  * every link it follows (--enable-debug, doc/design.md). */
@@ -212,7 +216,8 @@ PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    return (pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)] & PM_SAMPLED_PAGE) != 0;
+    return (__atomic_load_n(&pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) &
+            PM_SAMPLED_PAGE) != 0;
 }
 void pm_heapprof_init(void);
 void pm_heapprof_at_exit(void);
@@ -301,7 +306,9 @@ PM_INLINE void pm_free_inline(void *p)
     uintptr_t a = (uintptr_t)p;
     pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {
-        unsigned info = leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)];
+        /* relaxed: a carve or the profiler may be setting bits in it */
+        unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)],
+                                        __ATOMIC_RELAXED);
         uint64_t magic = pm_free_magic[info & 0xff];
         /* offset from the span's start: page index, then offset in page */
         uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
