@@ -6,9 +6,9 @@
  * glibc's "free(): invalid pointer" (or "invalid size", or a crash): Debian
  * 12's php opens its extensions so, and `php -v` died at start-up.  Every
  * preloaded allocator has this problem (jemalloc, tcmalloc, mimalloc here);
- * the fix they used, glibc's
- * __free_hook, is gone since glibc 2.34.  So profmalloc's dlopen drops the
- * flag: the library then binds free() and the rest to profmalloc, as
+ * the fix they used, glibc's __free_hook, is gone since glibc 2.34.  So
+ * profmalloc's dlopen drops the flag: the library then binds free() and
+ * the rest to profmalloc, as
  * every library loaded at start-up does (PHP itself stopped passing the
  * flag when dlmopen is available, for this reason).  What the library
  * loses is the priority of its own symbols (and its dependencies') over
@@ -32,17 +32,24 @@
 typedef void *dlopen_fn(const char *, int);
 typedef void *dlmopen_fn(Lmid_t, const char *, int);
 
-static _Atomic(dlopen_fn *) next_dlopen;
-static _Atomic(dlmopen_fn *) next_dlmopen;
+static void *_Atomic next_dlopen, *_Atomic next_dlmopen;
 
-/* The function the program would have called without us (the C
- * library's); with the mode to pass it.  dlsym may allocate: fine here,
- * outside every allocator path. */
-__attribute__((noinline, cold)) static void *find_next(const char *name, void *_Atomic *cache)
+/* The C library's function of that name (the one the program would have
+ * called without us), looked up once.  dlsym takes the loader's lock and
+ * may call malloc: safe here, as no allocator path and no allocator lock
+ * leads to these wrappers (their callers are the program, and needed.c
+ * from profmalloc's constructor, after init). */
+__attribute__((noinline, cold)) static void *find_next(void *_Atomic *cache, const char *name)
 {
     void *f = dlsym(RTLD_NEXT, name);
     if (f) atomic_store_explicit(cache, f, memory_order_relaxed);
     return f;
+}
+
+static inline void *next_fn(void *_Atomic *cache, const char *name)
+{
+    void *f = atomic_load_explicit(cache, memory_order_relaxed);
+    return PM_LIKELY(f != NULL) ? f : find_next(cache, name);
 }
 
 __attribute__((noinline, cold)) static int keep_deepbind(void)
@@ -71,16 +78,14 @@ static inline int mode_for(int mode)
 
 PM_EXPORT PM_SIBCALL void *dlopen(const char *file, int mode)
 {
-    dlopen_fn *f = atomic_load_explicit(&next_dlopen, memory_order_relaxed);
-    if (PM_UNLIKELY(f == NULL)) f = (dlopen_fn *)find_next("dlopen", (void *_Atomic *)&next_dlopen);
+    dlopen_fn *f = (dlopen_fn *)next_fn(&next_dlopen, "dlopen");
     if (PM_UNLIKELY(f == NULL)) return NULL; /* dlerror() says why */
     PM_MUSTTAIL return f(file, mode_for(mode));
 }
 
 PM_EXPORT PM_SIBCALL void *dlmopen(Lmid_t lmid, const char *file, int mode)
 {
-    dlmopen_fn *f = atomic_load_explicit(&next_dlmopen, memory_order_relaxed);
-    if (PM_UNLIKELY(f == NULL)) f = (dlmopen_fn *)find_next("dlmopen", (void *_Atomic *)&next_dlmopen);
+    dlmopen_fn *f = (dlmopen_fn *)next_fn(&next_dlmopen, "dlmopen");
     if (PM_UNLIKELY(f == NULL)) return NULL;
     PM_MUSTTAIL return f(lmid, file, lmid == LM_ID_BASE ? mode_for(mode) : mode);
 }

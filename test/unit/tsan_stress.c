@@ -23,7 +23,13 @@ static int ITERS = 20000;
 static atomic_int stop;
 static atomic_int failed;
 
-static unsigned rnd(unsigned *s) { *s = *s * 1103515245u + 12345u; return *s >> 8; }
+static unsigned rnd(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+/* 60 % up to 256 B, 25 % up to 4 KiB, 12 % up to 260 KiB, 3 % large */
 static size_t rsize(unsigned *s)
 {
     unsigned r = rnd(s) % 100;
@@ -32,19 +38,85 @@ static size_t rsize(unsigned *s)
     if (r < 97) return 4097 + rnd(s) % (256 << 10);
     return (256 << 10) + 1 + rnd(s) % (1 << 20);
 }
-static void touch(void *p, size_t n) { if (p) { ((volatile char *)p)[0] = 1; ((volatile char *)p)[n - 1] = 2; } }
+
+static void touch(void *p, size_t n)
+{
+    if (p) {
+        ((volatile char *)p)[0] = 1;
+        ((volatile char *)p)[n - 1] = 2;
+    }
+}
+
+/* n threads running fn, the i-th given seed + i */
+static void start(pthread_t *t, int n, void *(*fn)(void *), unsigned seed)
+{
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, fn, (void *)(uintptr_t)(seed + (unsigned)i));
+}
+
+static void join(pthread_t *t, int n)
+{
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+}
 
 /* ---- a mutex-protected queue for cross-thread frees ---- */
 #define QCAP 4096
-static void *q[QCAP]; static int qh, qt, qn;
+static void *q[QCAP];
+static int qh, qt, qn;
 static pthread_mutex_t qm = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t qc = PTHREAD_COND_INITIALIZER;
-static void qput(void *p) { pthread_mutex_lock(&qm); while (qn == QCAP) { pthread_mutex_unlock(&qm); sched_yield(); pthread_mutex_lock(&qm);} q[qt] = p; qt = (qt + 1) % QCAP; qn++; pthread_cond_signal(&qc); pthread_mutex_unlock(&qm); }
-static void *qget(int wait) { pthread_mutex_lock(&qm); void *p = NULL; while (!qn && wait && !atomic_load(&stop)) pthread_cond_wait(&qc, &qm); if (qn) { p = q[qh]; qh = (qh + 1) % QCAP; qn--; } pthread_mutex_unlock(&qm); return p; }
 
-/* ---- lock-free handoff via atomics (release/acquire) ---- */
+static void qput(void *p)
+{
+    pthread_mutex_lock(&qm);
+    while (qn == QCAP) {
+        pthread_mutex_unlock(&qm);
+        sched_yield();
+        pthread_mutex_lock(&qm);
+    }
+    q[qt] = p;
+    qt = (qt + 1) % QCAP;
+    qn++;
+    pthread_cond_signal(&qc);
+    pthread_mutex_unlock(&qm);
+}
+
+/* the next block, or NULL: when the queue is empty and, with wait, stop is set */
+static void *qget(int wait)
+{
+    pthread_mutex_lock(&qm);
+    void *p = NULL;
+    while (!qn && wait && !atomic_load(&stop)) pthread_cond_wait(&qc, &qm);
+    if (qn) {
+        p = q[qh];
+        qh = (qh + 1) % QCAP;
+        qn--;
+    }
+    pthread_mutex_unlock(&qm);
+    return p;
+}
+
+static void stop_consumers(void)
+{
+    atomic_store(&stop, 1);
+    pthread_mutex_lock(&qm);
+    pthread_cond_broadcast(&qc);
+    pthread_mutex_unlock(&qm);
+}
+
+/* ---- lock-free handoff via atomics: a block parked in a slot is freed by
+ * whichever thread replaces it ---- */
 #define SLOTS 256
 static _Atomic(void *) slot[SLOTS];
+
+static void hand_over(unsigned *s, void *p)
+{
+    pm_free(atomic_exchange_explicit(&slot[rnd(s) % SLOTS], p, memory_order_acq_rel));
+}
+
+static void drain_slots(void)
+{
+    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
+}
 
 static void *producer(void *a)
 {
@@ -60,14 +132,12 @@ static void *producer(void *a)
         }
         touch(p, n);
         if (rnd(&s) & 1) qput(p);
-        else {
-            void *old = atomic_exchange_explicit(&slot[rnd(&s) % SLOTS], p, memory_order_acq_rel);
-            pm_free(old);
-        }
-        if (i % 7 == 0) { void *x = pm_malloc(rnd(&s) % 200); pm_free(x); }
+        else hand_over(&s, p);
+        if (i % 7 == 0) pm_free(pm_malloc(rnd(&s) % 200));
     }
     return NULL;
 }
+
 static void *consumer(void *a)
 {
     (void)a;
@@ -81,13 +151,12 @@ static void run_prodcons(int np, int nc)
 {
     pthread_t tp[8], tc[8];
     atomic_store(&stop, 0);
-    for (int i = 0; i < nc; i++) pthread_create(&tc[i], NULL, consumer, NULL);
-    for (int i = 0; i < np; i++) pthread_create(&tp[i], NULL, producer, (void *)(uintptr_t)(i * 77 + 5));
-    for (int i = 0; i < np; i++) pthread_join(tp[i], NULL);
-    atomic_store(&stop, 1);
-    pthread_mutex_lock(&qm); pthread_cond_broadcast(&qc); pthread_mutex_unlock(&qm);
-    for (int i = 0; i < nc; i++) pthread_join(tc[i], NULL);
-    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
+    start(tc, nc, consumer, 0);
+    start(tp, np, producer, 5);
+    join(tp, np);
+    stop_consumers();
+    join(tc, nc);
+    drain_slots();
 }
 
 /* ---- many short-lived threads; blocks outlive their thread ---- */
@@ -95,111 +164,56 @@ static void *shortlived(void *a)
 {
     unsigned s = (unsigned)(uintptr_t)a;
     void *keep[64];
-    for (int i = 0; i < 64; i++) { size_t n = rsize(&s) % 5000 + 1; keep[i] = pm_malloc(n); touch(keep[i], n); }
-    for (int i = 0; i < 64; i += 2) pm_free(keep[i]);
-    for (int i = 1; i < 64; i += 2) {
-        void *old = atomic_exchange_explicit(&slot[rnd(&s) % SLOTS], keep[i], memory_order_acq_rel);
-        pm_free(old);
+    for (int i = 0; i < 64; i++) {
+        size_t n = rsize(&s) % 5000 + 1;
+        keep[i] = pm_malloc(n);
+        touch(keep[i], n);
     }
+    for (int i = 0; i < 64; i += 2) pm_free(keep[i]);
+    for (int i = 1; i < 64; i += 2) hand_over(&s, keep[i]);
     return NULL;
 }
+
 static void run_churn(int rounds)
 {
     for (int r = 0; r < rounds; r++) {
         pthread_t t[4];
-        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, shortlived, (void *)(uintptr_t)(r * 4 + i + 1));
-        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        start(t, 4, shortlived, (unsigned)r * 4 + 1);
+        join(t, 4);
     }
-    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
+    drain_slots();
 }
 
-/* ---- realloc growth across classes into large blocks ---- */
+/* ---- realloc growth across classes into large blocks, and back ---- */
 static void *grower(void *a)
 {
     unsigned s = (unsigned)(uintptr_t)a;
     for (int i = 0; i < ITERS / 50; i++) {
-        size_t n = 8; char *p = pm_malloc(n); memset(p, 'a', n);
+        size_t n = 8;
+        char *p = pm_malloc(n);
+        memset(p, 'a', n);
         while (n < (size_t)(600 << 10)) {
             size_t m = n + n / 2 + rnd(&s) % 1000;
-            p = pm_realloc(p, m); memset(p + n, 'b', m - n); n = m;
+            p = pm_realloc(p, m);
+            memset(p + n, 'b', m - n);
+            n = m;
             (void)pm_usable_size(p);
-            if (rnd(&s) % 8 == 0) {  /* hand it to someone else to free */
-                void *old = atomic_exchange_explicit(&slot[rnd(&s) % SLOTS], p, memory_order_acq_rel);
-                if (old) { pm_free(old); }
-                p = pm_malloc(n); memset(p, 'c', n);
+            if (rnd(&s) % 8 == 0) { /* someone else frees it */
+                hand_over(&s, p);
+                p = pm_malloc(n);
+                memset(p, 'c', n);
             }
         }
-        while (n > 16) { n /= 3; p = pm_realloc(p, n); }
+        while (n > 16) {
+            n /= 3;
+            p = pm_realloc(p, n);
+        }
         pm_free(p);
     }
     return NULL;
 }
 
-/* ---- background trim / stats / dump / sample-rate changer ---- */
-static int bg_trim, bg_stats, bg_dump, bg_rate;
-static void *background(void *a)
-{
-    (void)a;
-    int fd = open("/dev/null", O_WRONLY);
-    unsigned s = 99;
-    while (!atomic_load(&stop)) {
-        if (bg_trim) { pm_malloc_trim(0); profmalloc_release_free_memory(); }
-        if (bg_stats) { profmalloc_stats_t st; profmalloc_get_stats(&st); struct mallinfo2 mi = pm_mallinfo2(); (void)mi; pm_malloc_stats(); }
-        if (bg_dump) { profmalloc_dump_fd(fd, rnd(&s) & 1); }
-        if (bg_rate) { profmalloc_set_sample_rate(rnd(&s) & 1 ? 1 : 512); }
-        void *x = pm_malloc(rsize(&s)); pm_free(x);
-        usleep(200);
-    }
-    close(fd);
-    return NULL;
-}
-
-static void run_mixed(void)
-{
-    pthread_t bg, g[2];
-    atomic_store(&stop, 0);
-    pthread_create(&bg, NULL, background, NULL);
-    pthread_create(&g[0], NULL, grower, (void *)1);
-    pthread_create(&g[1], NULL, grower, (void *)2);
-    run_prodcons(2, 1);
-    pthread_join(g[0], NULL); pthread_join(g[1], NULL);
-    atomic_store(&stop, 1);
-    pthread_join(bg, NULL);
-    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
-}
-
-/* ---- fork while threads allocate ---- */
-static void *forkworker(void *a) { producer(a); return NULL; }
-static void run_fork(void)
-{
-    pthread_t t[2], c;
-    atomic_store(&stop, 0);
-    pthread_create(&c, NULL, consumer, NULL);
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, forkworker, (void *)(uintptr_t)(i + 3));
-    for (int k = 0; k < 10; k++) {
-        usleep(20000);
-        pid_t pid = fork();
-        if (pid == 0) {
-            void *p = pm_malloc(100); pm_free(p);
-            p = pm_malloc(300 << 10); pm_free(p);
-            profmalloc_stats_t st; profmalloc_get_stats(&st);
-            _exit(0);
-        }
-        int ws; waitpid(pid, &ws, 0);
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
-            fprintf(stderr, "FAIL: forked child %d: status %x\n", k, ws);
-            atomic_store(&failed, 1);
-        }
-    }
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    atomic_store(&stop, 1);
-    pthread_mutex_lock(&qm); pthread_cond_broadcast(&qc); pthread_mutex_unlock(&qm);
-    pthread_join(c, NULL);
-    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
-}
-
-
-/* ---- large blocks: realloc in place / moves, big alignments, calloc ---- */
+/* ---- large blocks: realloc in place or moved, big alignments, calloc ---- */
 static void *large_worker(void *a)
 {
     unsigned s = (unsigned)(uintptr_t)a;
@@ -210,33 +224,123 @@ static void *large_worker(void *a)
         for (int k = 0; k < 6; k++) {
             size_t m = (rnd(&s) & 3) ? n * 2 : n / 2 + 1;
             p = pm_realloc(p, m);
-            memset(p + (m > n ? n : m) - 1, 'x', 1);
+            p[(m > n ? n : m) - 1] = 'x';
             n = m;
             (void)pm_usable_size(p);
         }
         void *al = pm_memalign((size_t)1 << (12 + rnd(&s) % 9), 1 + rnd(&s) % (600 << 10));
         touch(al, 1);
-        void *old = atomic_exchange_explicit(&slot[rnd(&s) % SLOTS], al, memory_order_acq_rel);
-        pm_free(old);
+        hand_over(&s, al);
         pm_free(p);
     }
     return NULL;
 }
+
+/* ---- a background thread: trims, stats, dumps, sample-rate changes ---- */
+static int bg_trim, bg_stats, bg_dump, bg_rate;
+static atomic_int bg_done; /* its own: the consumers' stop ends a phase, not it */
+static pthread_t bg;
+
+static void *background(void *a)
+{
+    (void)a;
+    int fd = open("/dev/null", O_WRONLY);
+    unsigned s = 99;
+    while (!atomic_load(&bg_done)) {
+        if (bg_trim) {
+            pm_malloc_trim(0);
+            profmalloc_release_free_memory();
+        }
+        if (bg_stats) {
+            profmalloc_stats_t st;
+            profmalloc_get_stats(&st);
+            (void)pm_mallinfo2();
+            pm_malloc_stats();
+        }
+        if (bg_dump) profmalloc_dump_fd(fd, rnd(&s) & 1);
+        if (bg_rate) profmalloc_set_sample_rate(rnd(&s) & 1 ? 1 : 512);
+        pm_free(pm_malloc(rsize(&s)));
+        usleep(200);
+    }
+    close(fd);
+    return NULL;
+}
+
+static void bg_start(void)
+{
+    atomic_store(&bg_done, 0);
+    pthread_create(&bg, NULL, background, NULL);
+}
+
+static void bg_stop(void)
+{
+    atomic_store(&bg_done, 1);
+    pthread_join(bg, NULL);
+}
+
+/* growers and a producer/consumer pair beside the background thread */
+static void run_mixed(void)
+{
+    pthread_t g[2];
+    bg_start();
+    start(g, 2, grower, 1);
+    run_prodcons(2, 1);
+    join(g, 2);
+    bg_stop();
+    drain_slots();
+}
+
+static void run_workers(void *(*fn)(void *), int n)
+{
+    pthread_t t[4];
+    start(t, n, fn, 1);
+    join(t, n);
+    drain_slots();
+}
+
+/* ---- fork while threads allocate ---- */
+static void run_fork(void)
+{
+    pthread_t t[2], c;
+    atomic_store(&stop, 0);
+    start(&c, 1, consumer, 0);
+    start(t, 2, producer, 3);
+    for (int k = 0; k < 10; k++) {
+        usleep(20000);
+        pid_t pid = fork();
+        if (pid == 0) {
+            pm_free(pm_malloc(100));
+            pm_free(pm_malloc(300 << 10));
+            profmalloc_stats_t st;
+            profmalloc_get_stats(&st);
+            _exit(0);
+        }
+        int ws;
+        waitpid(pid, &ws, 0);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+            fprintf(stderr, "FAIL: forked child %d: status %x\n", k, ws);
+            atomic_store(&failed, 1);
+        }
+    }
+    join(t, 2);
+    stop_consumers();
+    join(&c, 1);
+    drain_slots();
+}
+
 static void run_all(void)
 {
-    pthread_t bg, g, l[2];
-    atomic_store(&stop, 0);
+    pthread_t g, l[2];
     bg_trim = bg_stats = bg_dump = bg_rate = 1;
-    pthread_create(&bg, NULL, background, NULL);
-    pthread_create(&g, NULL, grower, (void *)7);
-    for (int i = 0; i < 2; i++) pthread_create(&l[i], NULL, large_worker, (void *)(uintptr_t)(i + 11));
+    bg_start();
+    start(&g, 1, grower, 7);
+    start(l, 2, large_worker, 11);
     run_prodcons(2, 1);
     run_churn(10);
-    pthread_join(g, NULL);
-    for (int i = 0; i < 2; i++) pthread_join(l[i], NULL);
-    atomic_store(&stop, 1);
-    pthread_join(bg, NULL);
-    for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL));
+    join(&g, 1);
+    join(l, 2);
+    bg_stop();
+    drain_slots();
 }
 
 int main(int argc, char **argv)
@@ -247,15 +351,40 @@ int main(int argc, char **argv)
     pm_sampler_set_rate(0);
     if (!strcmp(mode, "prodcons")) run_prodcons(2, 2);
     else if (!strcmp(mode, "churn")) run_churn(ITERS / 100);
-    else if (!strcmp(mode, "realloc")) { pthread_t g[3]; for (int i = 0; i < 3; i++) pthread_create(&g[i], NULL, grower, (void *)(uintptr_t)(i + 1)); for (int i = 0; i < 3; i++) pthread_join(g[i], NULL); for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL)); }
-    else if (!strcmp(mode, "trim")) { bg_trim = bg_stats = 1; run_mixed(); }
-    else if (!strcmp(mode, "sample1")) { profmalloc_set_sample_rate(1); bg_stats = 1; run_mixed(); run_churn(20); }
-    else if (!strcmp(mode, "samplesmall")) { profmalloc_set_sample_rate(4096); bg_trim = 1; run_mixed(); run_churn(20); }
-    else if (!strcmp(mode, "dump")) { profmalloc_set_sample_rate(1024); bg_dump = bg_rate = 1; run_mixed(); }
-    else if (!strcmp(mode, "fork")) { profmalloc_set_sample_rate(4096); run_fork(); }
-    else if (!strcmp(mode, "large")) { profmalloc_set_sample_rate(65536); bg_trim = bg_stats = 1; pthread_t bg, l[3]; atomic_store(&stop, 0); pthread_create(&bg, NULL, background, NULL); for (int i = 0; i < 3; i++) pthread_create(&l[i], NULL, large_worker, (void *)(uintptr_t)(i + 1)); for (int i = 0; i < 3; i++) pthread_join(l[i], NULL); atomic_store(&stop, 1); pthread_join(bg, NULL); for (int i = 0; i < SLOTS; i++) pm_free(atomic_exchange(&slot[i], NULL)); }
-    else if (!strcmp(mode, "all")) { profmalloc_set_sample_rate(2048); run_all(); }
-    else { fprintf(stderr, "bad mode\n"); return 2; }
+    else if (!strcmp(mode, "realloc")) run_workers(grower, 3);
+    else if (!strcmp(mode, "trim")) {
+        bg_trim = bg_stats = 1;
+        run_mixed();
+    } else if (!strcmp(mode, "sample1")) {
+        profmalloc_set_sample_rate(1);
+        bg_stats = 1;
+        run_mixed();
+        run_churn(20);
+    } else if (!strcmp(mode, "samplesmall")) {
+        profmalloc_set_sample_rate(4096);
+        bg_trim = 1;
+        run_mixed();
+        run_churn(20);
+    } else if (!strcmp(mode, "dump")) {
+        profmalloc_set_sample_rate(1024);
+        bg_dump = bg_rate = 1;
+        run_mixed();
+    } else if (!strcmp(mode, "fork")) {
+        profmalloc_set_sample_rate(4096);
+        run_fork();
+    } else if (!strcmp(mode, "large")) {
+        profmalloc_set_sample_rate(65536);
+        bg_trim = bg_stats = 1;
+        bg_start();
+        run_workers(large_worker, 3);
+        bg_stop();
+    } else if (!strcmp(mode, "all")) {
+        profmalloc_set_sample_rate(2048);
+        run_all();
+    } else {
+        fprintf(stderr, "tsan_stress: unknown mode %s\n", mode);
+        return 2;
+    }
     profmalloc_stats_t st;
     profmalloc_get_stats(&st);
     fprintf(stderr, "%s done: in_use=%llu threads=%llu\n", mode, (unsigned long long)st.in_use,
