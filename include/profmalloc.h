@@ -95,6 +95,21 @@ size_t profmalloc_get_sample_rate(void);
 /* Returns all free memory to the OS, like malloc_trim(0). */
 void profmalloc_release_free_memory(void);
 
+/* The profile at the peak: the sites' live counts copied when the live
+ * bytes (the profiler's estimate; exact at rate 1) first passed 1.1 times
+ * those of the previous copy, so within 10 % of the high-water mark.  Its
+ * comments give the peak's exact in-use bytes and time.  Written as
+ * profmalloc_dump writes (same formats, atomically); 0 or -1 with errno. */
+int profmalloc_dump_peak(const char *path);
+
+/* Before/after: profmalloc_mark remembers the sites' live counts;
+ * profmalloc_dump_since_mark writes what changed since then as a pprof
+ * profile whose in-use values are negative for sites that shrank (as
+ * `go tool pprof -base` shows a difference).  Always profile.proto; without
+ * a mark, the change since the start.  0 or -1 with errno. */
+int profmalloc_mark(void);
+int profmalloc_dump_since_mark(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
  * pools are refilled and tables grown with the lock dropped; never call
  * malloc (everything comes from meta.c or pm_os_map). */
 #include "pm_internal.h"
+#include "pm_hunt.h"
 #include "pm_pprof.h"
 #include "pm_stacktrace.h"
 
@@ -351,6 +352,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
+        pm_hunt_on_alloc(weight, weight * size);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
         *r = (record_t){.node.hash = mix((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
@@ -365,6 +367,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
             s->sample = r;
         }
         pm_unlock(&sh->lock);
+        pm_hunt_tick(); /* peak copies, triggers, timeline: no lock held */
     }
     errno = saved_errno;
     t->in_profiler = 0;
@@ -388,6 +391,7 @@ void pm_free_sampled(pm_span_t *s, void *p)
         record_t *r = *link;
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
         pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
+        pm_hunt_on_free(r->weight, r->weight * r->bucket->size);
         *link = (record_t *)r->node.next;
         r->node.next = (node_t *)sh->free_records;
         sh->free_records = r;
@@ -449,14 +453,71 @@ typedef struct snapshot_mem {
     size_t bytes;
 } snapshot_mem_t;
 
-/* Copies the buckets into mmap'd memory (released by snapshot_free). */
-static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
+/* ---- the site table seen from outside (pm_hunt.h) --------------------- */
+
+size_t pm_heapprof_site_total(void)
+{
+    pm_lock(&prof.lock);
+    size_t n = prof.buckets.count;
+    pm_unlock(&prof.lock);
+    return n;
+}
+
+size_t pm_heapprof_copy_sites(pm_site_count_t *out, size_t cap)
+{
+    pm_lock(&prof.lock);
+    size_t n = prof.buckets.count, i = 0;
+    for (uint64_t h = 0; n <= cap && h < prof.buckets.nheads; h++)
+        for (node_t *node = prof.buckets.heads[h]; node; node = node->next) {
+            const bucket_t *b = (const bucket_t *)node;
+            out[i++] = (pm_site_count_t){b, pm_relaxed_load(&b->alloc_objects), pm_relaxed_load(&b->alloc_bytes),
+                                         pm_relaxed_load(&b->free_objects), pm_relaxed_load(&b->free_bytes)};
+        }
+    pm_unlock(&prof.lock);
+    return n;
+}
+
+void pm_heapprof_site_info(const void *site, const uintptr_t **pcs, uint32_t *depth, uint64_t *size,
+                           const void **stack)
+{
+    const bucket_t *b = site;
+    *pcs = b->stack->pcs;
+    *depth = b->stack->depth;
+    *size = b->size;
+    if (stack) *stack = b->stack;
+}
+
+/* The copy's entry for site b (view->base is sorted by site), or NULL. */
+static const pm_site_count_t *view_find(const pm_prof_view_t *view, const bucket_t *b)
+{
+    size_t lo = 0, hi = view->nbase;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)view->base[mid].site < (uintptr_t)b) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < view->nbase && view->base[lo].site == b ? &view->base[lo] : NULL;
+}
+
+/* a - b in fixed point to the nearest whole number, negative allowed. */
+static uint64_t diff_fx(uint64_t a, uint64_t b)
+{
+    int64_t d = (int64_t)(a - b);
+    return (uint64_t)(d >= 0 ? (d + (int64_t)FX_ONE / 2) >> FX_SHIFT : -((-d + (int64_t)FX_ONE / 2) >> FX_SHIFT));
+}
+
+/* Copies the buckets into mmap'd memory (released by snapshot_free), with
+ * the values `view` asks for (NULL: the live table). */
+static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem, const pm_prof_view_t *view)
 {
     *snap = (pm_prof_snapshot_t){0};
     pm_stats_collect(&snap->totals);
     snap->sample_rate = pm_sampler_rate();
     snap->time_ns = pm_os_now_ns();
     snap->duration_ns = snap->time_ns > prof.start_ns ? snap->time_ns - prof.start_ns : 0;
+    if (view)
+        for (int i = 0; i < 4; i++) snap->notes[i] = view->notes[i];
+    int mode = view ? view->mode : PM_VIEW_NOW;
     for (;;) {
         pm_lock(&prof.lock);
         uint64_t want = prof.buckets.count + 16;
@@ -479,19 +540,37 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
         for (uint64_t h = 0; h < prof.buckets.nheads; h++) {
             for (node_t *node = prof.buckets.heads[h]; node; node = node->next) {
                 const bucket_t *b = (const bucket_t *)node;
-                uintptr_t *pcs = stacks + n * PM_STACK_MAX;
-                for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
                 uint64_t ao = pm_relaxed_load(&b->alloc_objects), ab = pm_relaxed_load(&b->alloc_bytes);
                 uint64_t fo = pm_relaxed_load(&b->free_objects), fb = pm_relaxed_load(&b->free_bytes);
-                samples[n++] = (pm_prof_sample_t){
+                pm_prof_sample_t x = {
                     .alloc_objects = round_fx(ao, 0),
                     .alloc_bytes = round_fx(ab, 0),
                     .inuse_objects = round_fx(ao, fo),
                     .inuse_bytes = round_fx(ab, fb),
-                    .size = b->size,
-                    .depth = b->stack->depth,
-                    .pcs = pcs,
                 };
+                if (mode != PM_VIEW_NOW) {
+                    const pm_site_count_t *c = view_find(view, b);
+                    if (mode == PM_VIEW_AT) {
+                        if (!c) continue; /* the site did not exist then */
+                        x = (pm_prof_sample_t){round_fx(c->alloc_objects, 0), round_fx(c->alloc_bytes, 0),
+                                               round_fx(c->alloc_objects, c->free_objects),
+                                               round_fx(c->alloc_bytes, c->free_bytes), 0, 0, NULL};
+                    } else {
+                        pm_site_count_t zero = {0};
+                        if (!c) c = &zero;
+                        x.alloc_objects = round_fx(ao, c->alloc_objects);
+                        x.alloc_bytes = round_fx(ab, c->alloc_bytes);
+                        x.inuse_objects = diff_fx(ao - fo, c->alloc_objects - c->free_objects);
+                        x.inuse_bytes = diff_fx(ab - fb, c->alloc_bytes - c->free_bytes);
+                        if (!x.alloc_objects && !x.inuse_objects && !x.inuse_bytes) continue;
+                    }
+                }
+                uintptr_t *pcs = stacks + n * PM_STACK_MAX;
+                for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
+                x.size = b->size;
+                x.depth = b->stack->depth;
+                x.pcs = pcs;
+                samples[n++] = x;
             }
         }
         pm_unlock(&prof.lock);
@@ -503,7 +582,9 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem)
     }
 }
 
-PM_EXPORT int profmalloc_dump_fd(int fd, int format)
+PM_EXPORT int profmalloc_dump_fd(int fd, int format) { return pm_heapprof_dump_fd_view(fd, format, NULL); }
+
+int pm_heapprof_dump_fd_view(int fd, int format, const pm_prof_view_t *view)
 {
     if (format != PROFMALLOC_FORMAT_PPROF && format != PROFMALLOC_FORMAT_LEGACY) {
         errno = EINVAL;
@@ -513,7 +594,7 @@ PM_EXPORT int profmalloc_dump_fd(int fd, int format)
     pm_init();
     pm_prof_snapshot_t snap;
     snapshot_mem_t mem;
-    if (snapshot_take(&snap, &mem) != 0) return -1;
+    if (snapshot_take(&snap, &mem, view) != 0) return -1;
     int rc = pm_pprof_write(fd, &snap, format);
     int saved = rc == 0 ? entry_errno : errno;
     pm_os_unmap(mem.base, mem.bytes);
@@ -684,7 +765,7 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
  * signal handler that dumps into one again gets EDEADLK, not a hang. */
 static PM_TLS int in_shared_dump;
 
-static int dump_into(int fd, int format, int shared)
+static int dump_into(int fd, int format, int shared, const pm_prof_view_t *view)
 {
     pm_lock_t *lock = shared ? &into_locks[(unsigned)fd % INTO_LOCKS] : NULL;
     if (lock && in_shared_dump) {
@@ -697,7 +778,7 @@ static int dump_into(int fd, int format, int shared)
         in_shared_dump = 1;
         pm_lock(lock);
     }
-    int rc = profmalloc_dump_fd(fd, format);
+    int rc = pm_heapprof_dump_fd_view(fd, format, view);
     int saved = errno;
     if (lock) {
         pm_unlock(lock);
@@ -711,14 +792,14 @@ static int dump_into(int fd, int format, int shared)
 /* Writes the dump into an existing node that is not a regular file.
  * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
  * the dump forever; the writes themselves block as usual. */
-static int dump_in_place(const char *path, int format, int follow)
+static int dump_in_place(const char *path, int format, int follow, const pm_prof_view_t *view)
 {
     /* O_NOFOLLOW unless `path` is a link already checked: a FIFO found at
      * `path` may have become a link by now (a race in a shared directory) */
     int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
     if (fd < 0) return -1;
     int flags = fcntl(fd, F_GETFL);
-    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format, 0);
+    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format, 0, view);
     int saved = errno;
     pm_os_close(fd);
     errno = saved;
@@ -728,12 +809,12 @@ static int dump_in_place(const char *path, int format, int follow)
 /* Writes the dump to a temporary beside `target` (a regular file or none
  * yet) and renames it over `target`: never half-written.  The replaced
  * file's permission bits carry over (mode >= 0). */
-static int dump_replacing(const char *target, char *tmp, int format, int mode)
+static int dump_replacing(const char *target, char *tmp, int format, int mode, const pm_prof_view_t *view)
 {
     int fd = open_temp(target, tmp, DUMP_PATH_CAP);
     if (fd < 0) return -1;
     int rc = mode >= 0 ? fchmod(fd, (mode_t)mode) : 0;
-    if (rc == 0) rc = profmalloc_dump_fd(fd, format);
+    if (rc == 0) rc = pm_heapprof_dump_fd_view(fd, format, view);
     if (rc == 0) rc = pm_os_fsync(fd);
     int saved = errno;
     if (pm_os_close(fd) != 0 && rc == 0) {
@@ -749,14 +830,17 @@ static int dump_replacing(const char *target, char *tmp, int format, int mode)
     return rc;
 }
 
-PM_EXPORT int profmalloc_dump(const char *path)
+PM_EXPORT int profmalloc_dump(const char *path) { return pm_heapprof_dump_view(path, -1, NULL); }
+
+/* profmalloc_dump in `format` (-1: by the path's name) showing `view`. */
+int pm_heapprof_dump_view(const char *path, int format, const pm_prof_view_t *view)
 {
     if (!path || !*path) {
         errno = EINVAL;
         return -1;
     }
     int entry_errno = errno; /* a dump that succeeds leaves errno as it found it */
-    int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
+    if (format < 0) format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
     /* path buffers are mapped, not on the stack: dumps (and the exit dump)
      * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
     char *tmp = pm_os_map(3 * DUMP_PATH_CAP, 0);
@@ -772,16 +856,36 @@ PM_EXPORT int profmalloc_dump(const char *path)
     int fd = -1, mode = -1;
     int rc = dump_target(path, target, target + DUMP_PATH_CAP, &fd, &mode);
     if (rc == DUMP_TO_FD)
-        rc = dump_into(fd, format, 1);
+        rc = dump_into(fd, format, 1, view);
     else if (rc == DUMP_IN_PLACE || rc == DUMP_THROUGH_LINK)
-        rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK);
+        rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK, view);
     else if (rc == DUMP_REPLACE)
-        rc = dump_replacing(target, tmp, format, mode);
+        rc = dump_replacing(target, tmp, format, mode, view);
     int saved = rc == 0 ? entry_errno : errno;
     pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
     pthread_setcancelstate(cancel_state, NULL);
     errno = saved;
     return rc;
+}
+
+int pm_heapprof_expand(const char *pattern, char *out, size_t cap)
+{
+    pm_buf_t b;
+    pm_buf_init(&b, out, cap - 1, -1);
+    for (const char *s = pattern; *s; s++) {
+        if (s[0] == '%' && s[1] == 'p') {
+            pm_buf_u64(&b, (uint64_t)pm_os_getpid());
+            s++;
+        } else if (s[0] == '%' && s[1] == '%') {
+            pm_buf_str(&b, "%");
+            s++;
+        } else {
+            char c[2] = {*s, 0};
+            pm_buf_str(&b, c);
+        }
+    }
+    out[b.len] = 0;
+    return b.truncated ? -1 : 0;
 }
 
 /* Expands %p (pid) and %% in PROFMALLOC_DUMP. */
@@ -796,23 +900,8 @@ void pm_heapprof_at_exit(void)
         return;
     }
     char *msg = path + PATH_CAP;
-    pm_buf_t b;
-    pm_buf_init(&b, path, PATH_CAP - 1, -1);
-    for (const char *s = pattern; *s; s++) {
-        if (s[0] == '%' && s[1] == 'p') {
-            pm_buf_u64(&b, (uint64_t)pm_os_getpid());
-            s++;
-        } else if (s[0] == '%' && s[1] == '%') {
-            pm_buf_str(&b, "%");
-            s++;
-        } else {
-            char c[2] = {*s, 0};
-            pm_buf_str(&b, c);
-        }
-    }
-    path[b.len] = 0;
     int err = ENAMETOOLONG;
-    if (!b.truncated) {
+    if (pm_heapprof_expand(pattern, path, PATH_CAP) == 0) {
         if (profmalloc_dump(path) == 0) {
             pm_os_unmap(path, PATH_CAP + MSG_CAP);
             return;

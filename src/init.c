@@ -9,6 +9,7 @@
  * order of doc/design.md; parent and child release them (the child by
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
+#include "pm_hunt.h"
 #include "pm_stacktrace.h"
 #include "pm_pprof.h"
 
@@ -20,6 +21,7 @@ static _Atomic int atfork_registered;
 
 static void fork_prepare(void)
 {
+    pm_hunt_lock_all();
     pm_pprof_lock_all();
     pm_tcache_lock_all();
     pm_heapprof_lock_all();
@@ -36,6 +38,7 @@ static void fork_release(int child)
     pm_heapprof_unlock_all(child);
     pm_tcache_unlock_all(child);
     pm_pprof_unlock_all(child);
+    pm_hunt_unlock_all(child);
 }
 
 static void fork_parent(void) { fork_release(0); }
@@ -50,6 +53,7 @@ void pm_init_slow(void)
         pm_sizeclass_init();
         pm_tcache_init();
         pm_heapprof_init();
+        pm_hunt_init();
         atomic_store_explicit(&pm_init_state, 2, memory_order_release);
         if (!atomic_exchange(&atfork_registered, 1))
             pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -92,11 +96,20 @@ static void check_interposed(void)
 __attribute__((constructor(101))) static void init_at_load(void)
 {
     pm_init();
+    /* the loader's blocks from our own dlopen are not the program's: not
+     * sampled, so no leak report names them (test_leak_report_names_only_the_leak) */
+    pm_tcache_t *t = &pm_tls;
+    uint8_t was = t->in_profiler;
+    t->in_profiler = 1;
     pm_stacktrace_pin_loaded();
+    t->in_profiler = was;
     check_interposed();
 }
 
 __attribute__((destructor)) static void at_exit(void)
 {
-    if (atomic_load(&pm_init_state) == 2) pm_heapprof_at_exit();
+    if (atomic_load(&pm_init_state) == 2) {
+        pm_heapprof_at_exit();
+        pm_hunt_at_exit();
+    }
 }

@@ -13,9 +13,17 @@ pm_options_t pm_options = {
     .release_bytes = 64u << 20,
     .verbose = 0,
     .keep_deepbind = 0,
+    .timeline_interval_ms = 100,
+    .timeline_max = 64u << 20,
+    .timeline_keep = 3,
+    .timeline_sites = 16,
+    .hp_alloc_interval = (uint64_t)1 << 30,
+    .hp_inuse_interval = 100u << 20,
 };
 
-enum kind { SIZE, PATTERN, BOOL, UNWIND };
+/* SECONDS: a decimal count (of seconds, milliseconds or files); SIGNAL: a
+ * signal by name (SIGUSR2, USR2) or number; LEAKS: "1", "0" or a pattern */
+enum kind { SIZE, PATTERN, BOOL, UNWIND, COUNT, SIGNAL, LEAKS };
 
 static const struct option {
     const char *name;
@@ -25,7 +33,7 @@ static const struct option {
     int *given;       /* set to 1 when the variable is given and valid, or NULL */
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", NULL},
+     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", &pm_options.sample_rate_set},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
      "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
@@ -39,6 +47,40 @@ static const struct option {
      "1: print the options in force at start", NULL},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
      "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL},
+    {"PROFMALLOC_DUMP_PEAK", PATTERN, &pm_options.dump_peak,
+     "write the profile at the peak of live bytes here at exit; %p = pid", NULL},
+    {"PROFMALLOC_LEAKS", LEAKS, &pm_options.leaks,
+     "1: report the sites still holding memory at exit on stderr; a path: write their profile", NULL},
+    {"PROFMALLOC_DUMP_PREFIX", PATTERN, &pm_options.dump_prefix,
+     "triggered dumps go to <prefix>.<pid>.<seq>.<kind>.pb.gz (default profmalloc)", NULL},
+    {"PROFMALLOC_DUMP_EVERY_BYTES", SIZE, &pm_options.every_bytes,
+     "dump each time this many more bytes were allocated", NULL},
+    {"PROFMALLOC_DUMP_EVERY_INUSE", SIZE, &pm_options.every_inuse,
+     "dump each time the high-water mark of live bytes rises by this much", NULL},
+    {"PROFMALLOC_DUMP_EVERY_SECONDS", COUNT, &pm_options.every_seconds,
+     "dump every this many seconds while the program allocates", NULL},
+    {"PROFMALLOC_DUMP_SIGNAL", SIGNAL, &pm_options.dump_signal,
+     "dump when this signal arrives (SIGUSR2, USR2 or a number)", NULL},
+    {"PROFMALLOC_TIMELINE", PATTERN, &pm_options.timeline,
+     "append a timeline of live bytes and peaks here; %p = pid (doc/timeline.md)", NULL},
+    {"PROFMALLOC_TIMELINE_INTERVAL", COUNT, &pm_options.timeline_interval_ms,
+     "milliseconds between timeline records, 1 to 60000 (default 100)", NULL},
+    {"PROFMALLOC_TIMELINE_MAX", SIZE, &pm_options.timeline_max,
+     "timeline size at which it rotates, at least 4k (default 64M)", NULL},
+    {"PROFMALLOC_TIMELINE_KEEP", COUNT, &pm_options.timeline_keep,
+     "rotated timeline parts kept, 0 to 99 (default 3)", NULL},
+    {"PROFMALLOC_TIMELINE_SITES", COUNT, &pm_options.timeline_sites,
+     "sites listed at each timeline peak, 1 to 64 (default 16)", NULL},
+    {"HEAPPROFILE", PATTERN, &pm_options.heapprofile,
+     "gperftools: write <prefix>.0001.heap, ... (implies PROFMALLOC_SAMPLE_RATE=1)", NULL},
+    {"HEAP_PROFILE_ALLOCATION_INTERVAL", COUNT, &pm_options.hp_alloc_interval,
+     "gperftools: dump each time this many bytes were allocated (default 1073741824)", NULL},
+    {"HEAP_PROFILE_INUSE_INTERVAL", COUNT, &pm_options.hp_inuse_interval,
+     "gperftools: dump each time the high-water mark rises by this much (default 104857600)", NULL},
+    {"HEAP_PROFILE_TIME_INTERVAL", COUNT, &pm_options.hp_time_interval,
+     "gperftools: dump every this many seconds (default 0: never)", NULL},
+    {"HEAPPROFILESIGNAL", SIGNAL, &pm_options.hp_signal,
+     "gperftools: dump when this signal arrives", NULL},
 };
 
 static void complain(const char *name, const char *value, const char *doc)
@@ -70,18 +112,58 @@ static int parse(const struct option *o, const char *v)
         /* copied: programs that set their process title (nginx, postgres,
          * setproctitle) overwrite the environment strings, and the exit
          * dump reads the pattern long after (one PATTERN option) */
-        PM_SPARSE_BSS static char copy[4096];
+        PM_SPARSE_BSS static char pool[8 * 4096];
+        static size_t used;
         size_t n = 0;
         if (!*v) return -1;
         for (const char *s = v; *s; s++)
             if (*s == '%' && (s[1] == 'p' || s[1] == '%')) s++;
             else if (*s == '%') return -1;
-        while (v[n] && n < sizeof copy - 1) n++;
-        if (v[n]) return -1; /* longer than any path */
+        while (v[n] && n < 4095) n++;
+        if (v[n] || used + n + 1 > sizeof pool) return -1; /* longer than any path */
+        char *copy = pool + used;
+        used += n + 1;
         for (size_t i = 0; i <= n; i++) copy[i] = v[i];
         *(const char **)o->target = copy;
         return 0;
     }
+    case COUNT: {
+        uint64_t n = 0;
+        const char *s = v;
+        for (; *s >= '0' && *s <= '9' && n < UINT64_MAX / 10 - 10; s++) n = n * 10 + (uint64_t)(*s - '0');
+        if (s == v || *s) return -1;
+        *(uint64_t *)o->target = n;
+        return 0;
+    }
+    case SIGNAL: {
+        static const struct { const char *name; int sig; } names[] = {
+            {"HUP", 1}, {"INT", 2}, {"QUIT", 3}, {"USR1", 10}, {"USR2", 12},
+            {"ALRM", 14}, {"TERM", 15}, {"CHLD", 17}, {"CONT", 18}, {"WINCH", 28},
+            {"IO", 29}, {"PWR", 30}, {"PROF", 27}, {"VTALRM", 26}, {"URG", 23}};
+        const char *s = v[0] == 'S' && v[1] == 'I' && v[2] == 'G' ? v + 3 : v;
+        uint64_t n = 0;
+        for (size_t i = 0; i < PM_ARRAY_LEN(names); i++)
+            if (pm_fmt_streq(s, names[i].name)) n = (uint64_t)names[i].sig;
+        if (!n && *s >= '0' && *s <= '9') {
+            const char *d = s;
+            while (*d >= '0' && *d <= '9' && n < 1000) n = n * 10 + (uint64_t)(*d++ - '0');
+            if (*d) n = 0;
+        }
+        /* SIGKILL and SIGSTOP cannot be caught; past 64 no signal exists */
+        if (!n || n == 9 || n == 19 || n > 64) return -1;
+        *(uint64_t *)o->target = n;
+        return 0;
+    }
+    case LEAKS: /* "0": off; "1": the stderr report; else a path pattern */
+        if (v[0] == '0' && !v[1]) return 0;
+        if (v[0] == '1' && !v[1]) {
+            *(const char **)o->target = "1";
+            return 0;
+        } else {
+            struct option p = *o;
+            p.kind = PATTERN;
+            return parse(&p, v);
+        }
     case BOOL:
         if ((v[0] == '0' || v[0] == '1') && !v[1]) {
             *(int *)o->target = v[0] == '1';
@@ -105,6 +187,25 @@ void pm_options_load(void)
         if (v && parse(&table[i], v) != 0) complain(table[i].name, v, table[i].doc);
         else if (v && table[i].given) *table[i].given = 1;
     }
+    /* ranges the timeline needs */
+    if (pm_options.timeline_interval_ms < 1 || pm_options.timeline_interval_ms > 60000) {
+        complain("PROFMALLOC_TIMELINE_INTERVAL", pm_os_getenv("PROFMALLOC_TIMELINE_INTERVAL"), "out of range: 1 to 60000");
+        pm_options.timeline_interval_ms = 100;
+    }
+    if (pm_options.timeline_max < 4096) {
+        complain("PROFMALLOC_TIMELINE_MAX", pm_os_getenv("PROFMALLOC_TIMELINE_MAX"), "out of range: at least 4k");
+        pm_options.timeline_max = 64u << 20;
+    }
+    if (pm_options.timeline_keep > 99) {
+        complain("PROFMALLOC_TIMELINE_KEEP", pm_os_getenv("PROFMALLOC_TIMELINE_KEEP"), "out of range: 0 to 99");
+        pm_options.timeline_keep = 3;
+    }
+    if (pm_options.timeline_sites < 1 || pm_options.timeline_sites > 64) {
+        complain("PROFMALLOC_TIMELINE_SITES", pm_os_getenv("PROFMALLOC_TIMELINE_SITES"), "out of range: 1 to 64");
+        pm_options.timeline_sites = 16;
+    }
+    /* gperftools' profiler is exact: every allocation recorded */
+    if (pm_options.heapprofile && !pm_options.sample_rate_set) pm_options.sample_rate = 1;
     if (pm_options.verbose) {
         char line[200];
         pm_buf_t b;

@@ -43,6 +43,17 @@ typedef struct pm_options {
     int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */
     int keep_deepbind;         /* PROFMALLOC_KEEP_DEEPBIND=1 (deepbind.c) */
+    int sample_rate_set;       /* PROFMALLOC_SAMPLE_RATE given */
+    /* leak hunting (pm_hunt.h); patterns NULL when not given */
+    const char *dump_peak;     /* PROFMALLOC_DUMP_PEAK */
+    const char *leaks;         /* PROFMALLOC_LEAKS: "1" stderr report, else a path */
+    const char *dump_prefix;   /* PROFMALLOC_DUMP_PREFIX (triggers' files) */
+    uint64_t every_bytes, every_inuse, every_seconds; /* PROFMALLOC_DUMP_EVERY_* */
+    uint64_t dump_signal;      /* PROFMALLOC_DUMP_SIGNAL, 0: none */
+    const char *timeline;      /* PROFMALLOC_TIMELINE */
+    uint64_t timeline_interval_ms, timeline_max, timeline_keep, timeline_sites;
+    const char *heapprofile;   /* HEAPPROFILE (gperftools) */
+    uint64_t hp_alloc_interval, hp_inuse_interval, hp_time_interval, hp_signal;
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);

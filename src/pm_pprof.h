@@ -15,6 +15,11 @@
  * heap_v2 text).  Returns 0, or -1 with errno set (EINVAL for a bad
  * argument, ENOMEM when scratch memory cannot be mapped, or write(2)'s). */
 int pm_pprof_write(int fd, const pm_prof_snapshot_t *s, int format);
+/* Calls cb(arg, i, name, len) for each pcs[i] with its function's name
+ * (not NUL-terminated), or NULL when none is known; names come from the
+ * loaded objects' symbol tables, as the profile's.  Returns 0, or -1. */
+typedef void (*pm_pprof_name_fn)(void *arg, size_t i, const char *name, size_t len);
+int pm_pprof_names(const uintptr_t *pcs, size_t n, pm_pprof_name_fn cb, void *arg);
 void pm_pprof_lock_all(void);
 void pm_pprof_unlock_all(int child);
 

@@ -29,6 +29,7 @@ typedef struct pm_prof_snapshot {
     size_t nsamples;
     const pm_prof_sample_t *samples;
     profmalloc_stats_t totals; /* the allocator's exact totals */
+    const char *notes[4];     /* extra comment lines (a peak's time), or NULL */
 } pm_prof_snapshot_t;
 
 #endif

@@ -876,6 +876,11 @@ static int write_proto(int fd, const pm_prof_snapshot_t *s, writer_t *w)
     add_comment(w, &comments, "lock_contention", t->lock_contention, "");
     add_comment(w, &comments, "samples_live", t->samples_live, "");
     add_comment(w, &comments, "sample_rate", s->sample_rate, " bytes");
+    for (int i = 0; i < 4; i++)
+        if (s->notes[i]) {
+            uint32_t id = intern(w, s->notes[i]);
+            buf_put(&comments, &id, sizeof id);
+        }
 
     for (size_t i = 0; i < s->nsamples; i++)
         for (uint32_t d = 0; d < s->samples[i].depth; d++)
@@ -1239,6 +1244,39 @@ int pm_pprof_write(int fd, const pm_prof_snapshot_t *s, int format)
         errno = ENOMEM;
     }
     int err = errno;
+    writer_free(&w);
+    errno = err;
+    return rc;
+}
+
+/* ---- names of addresses (the leak report) ------------------------------ */
+
+int pm_pprof_names(const uintptr_t *pcs, size_t n, pm_pprof_name_fn cb, void *arg)
+{
+    writer_t w;
+    memset(&w, 0, sizeof w);
+    int rc = -1, err = ENOMEM;
+    if (table_resize(&w.strtab, 1024, str_hash, &w) && table_resize(&w.loctab, 1024, loc_hash, &w) &&
+        table_resize(&w.functab, 1024, func_hash, &w)) {
+        for (size_t i = 0; i < n; i++) loc_index(&w, pcs[i]);
+        if (!writer_failed(&w)) {
+            pm_lock(&phdr_lock);
+            dl_iterate_phdr(phdr_cb, &w);
+            pm_unlock(&phdr_lock);
+        }
+        if (!writer_failed(&w)) {
+            rc = 0;
+            for (size_t i = 0; i < n; i++) {
+                const loc_t *l = &LOCS(&w)[loc_index(&w, pcs[i])];
+                if (l->func) {
+                    const str_ent_t *e = &STRS(&w)[FUNCS(&w)[l->func - 1].name];
+                    cb(arg, i, (const char *)w.strdata.p + e->off, e->len);
+                } else {
+                    cb(arg, i, NULL, 0);
+                }
+            }
+        }
+    }
     writer_free(&w);
     errno = err;
     return rc;

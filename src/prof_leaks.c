@@ -1,0 +1,209 @@
+/* prof_leaks.c — PROFMALLOC_LEAKS: at exit, the allocation sites (call
+ * stacks) that still hold memory, largest first, on stderr with function
+ * names and the estimate's standard error when sampled; or, given a path,
+ * the profile of those blocks.
+ * Must never: call stdio or malloc (it runs from the library's destructor,
+ * on the program's own allocator); scratch memory is mapped.  Takes no
+ * lock of its own (the site copy takes the profiler's briefly). */
+#include "pm_hunt.h"
+#include "pm_pprof.h"
+
+enum { SHOW = 20, FRAMES = 6, NAME_POOL = 64 * 1024 };
+
+typedef struct leak {
+    const void *stack;
+    const uintptr_t *pcs;
+    uint32_t depth;
+    uint64_t size;     /* requested size of one site (0: several sizes) */
+    double bytes, objects, var;
+} leak_t;
+
+static double root(double x)
+{
+    if (!(x > 0)) return 0;
+    double r = x > 1 ? x / 2 : 1;
+    for (int i = 0; i < 64; i++) r = 0.5 * (r + x / r);
+    return r;
+}
+
+static void sift(leak_t *v, size_t root_i, size_t n, int by_bytes)
+{
+    for (size_t c; (c = 2 * root_i + 1) < n; root_i = c) {
+        /* a max-heap of the order's reverse: sorted ascending by stack, or
+         * descending by bytes */
+#define LESS(a, b) (by_bytes ? (a).bytes > (b).bytes : (uintptr_t)(a).stack < (uintptr_t)(b).stack)
+        if (c + 1 < n && LESS(v[c], v[c + 1])) c++;
+        if (!LESS(v[root_i], v[c])) return;
+#undef LESS
+        leak_t t = v[root_i];
+        v[root_i] = v[c];
+        v[c] = t;
+    }
+}
+
+static void sort_leaks(leak_t *v, size_t n, int by_bytes)
+{
+    for (size_t i = n / 2; i-- > 0;) sift(v, i, n, by_bytes);
+    for (size_t end = n; end-- > 1;) {
+        leak_t t = v[0];
+        v[0] = v[end];
+        v[end] = t;
+        sift(v, 0, end, by_bytes);
+    }
+}
+
+typedef struct names {
+    char *pool;
+    size_t used;
+    uint32_t off[SHOW * FRAMES], len[SHOW * FRAMES];
+} names_t;
+
+static void got_name(void *arg, size_t i, const char *name, size_t len)
+{
+    names_t *nm = arg;
+    if (!name || nm->used + len > NAME_POOL) {
+        nm->len[i] = 0;
+        return;
+    }
+    for (size_t k = 0; k < len; k++) nm->pool[nm->used + k] = name[k];
+    nm->off[i] = (uint32_t)nm->used;
+    nm->len[i] = (uint32_t)len;
+    nm->used += len;
+}
+
+static void num(pm_buf_t *b, double v) { pm_buf_u64(b, v > 0 ? (uint64_t)(v + 0.5) : 0); }
+
+static void report(void)
+{
+    pm_site_copy_t c;
+    if (pm_hunt_copy_take(&c) != 0) {
+        pm_os_message("PROFMALLOC_LEAKS: no memory for the report");
+        return;
+    }
+    uint64_t rate = pm_sampler_rate();
+    size_t bytes = (c.n + 1) * sizeof(leak_t) + NAME_POOL + sizeof(names_t);
+    char *mem = pm_os_map(bytes, 0);
+    if (!mem) {
+        pm_hunt_copy_free(&c);
+        pm_os_message("PROFMALLOC_LEAKS: no memory for the report");
+        return;
+    }
+    leak_t *v = (leak_t *)mem;
+    names_t *nm = (names_t *)(mem + (c.n + 1) * sizeof(leak_t));
+    nm->pool = (char *)(nm + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < c.n; i++) {
+        const pm_site_count_t *s = &c.v[i];
+        if (s->alloc_bytes <= s->free_bytes) continue;
+        leak_t l = {0};
+        pm_heapprof_site_info(s->site, &l.pcs, &l.depth, &l.size, &l.stack);
+        l.bytes = (double)(s->alloc_bytes - s->free_bytes) / (1 << PM_FX_SHIFT);
+        l.objects = s->alloc_objects > s->free_objects
+                        ? (double)(s->alloc_objects - s->free_objects) / (1 << PM_FX_SHIFT) : 0;
+        if (rate > 1) { /* each block stands for 1/p: variance N (1-p)/p s^2 */
+            double p = pm_sampler_prob((double)(l.size ? l.size : 1) / (double)rate);
+            if (p > 0) l.var = l.objects * (1 - p) / p * (double)l.size * (double)l.size;
+        }
+        v[n++] = l;
+    }
+    pm_hunt_copy_free(&c);
+    /* one line per call stack: its sizes merged */
+    sort_leaks(v, n, 0);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && v[m - 1].stack == v[i].stack) {
+            v[m - 1].bytes += v[i].bytes;
+            v[m - 1].objects += v[i].objects;
+            v[m - 1].var += v[i].var;
+            if (v[m - 1].size != v[i].size) v[m - 1].size = 0;
+        } else {
+            v[m++] = v[i];
+        }
+    }
+    sort_leaks(v, m, 1);
+    double total = 0;
+    for (size_t i = 0; i < m; i++) total += v[i].bytes;
+    size_t show = m < SHOW ? m : SHOW;
+    uintptr_t pcs[SHOW * FRAMES];
+    for (size_t i = 0; i < show; i++)
+        for (uint32_t d = 0; d < FRAMES; d++) pcs[i * FRAMES + d] = d < v[i].depth ? v[i].pcs[d] : 0;
+    int named = pm_pprof_names(pcs, show * FRAMES, got_name, nm) == 0;
+
+    char text[1024];
+    pm_buf_t b;
+    pm_buf_init(&b, text, sizeof text, 2);
+    if (!m) {
+        pm_buf_str(&b, "profmalloc: leaks: no allocation site holds memory at exit");
+        pm_buf_str(&b, rate == 1 ? " (exact: sample rate 1)\n" : " (of the sampled blocks)\n");
+    } else {
+        pm_buf_str(&b, "profmalloc: leaks: ");
+        pm_buf_u64(&b, m);
+        pm_buf_str(&b, m == 1 ? " site holds " : " sites hold ");
+        if (rate > 1) pm_buf_str(&b, "about ");
+        num(&b, total);
+        pm_buf_str(&b, " bytes at exit");
+        if (rate == 1) {
+            pm_buf_str(&b, " (exact: sample rate 1)\n");
+        } else {
+            pm_buf_str(&b, " (estimated from samples at rate ");
+            pm_buf_u64(&b, rate);
+            pm_buf_str(&b, "; +- one standard error)\n");
+        }
+    }
+    for (size_t i = 0; i < show; i++) {
+        pm_buf_str(&b, "profmalloc: leaks: ");
+        num(&b, v[i].bytes);
+        if (rate > 1) {
+            pm_buf_str(&b, " +- ");
+            num(&b, root(v[i].var));
+        }
+        pm_buf_str(&b, " bytes in ");
+        num(&b, v[i].objects);
+        pm_buf_str(&b, v[i].objects >= 0.5 && v[i].objects < 1.5 ? " block" : " blocks");
+        if (v[i].size) {
+            pm_buf_str(&b, " of ");
+            pm_buf_u64(&b, v[i].size);
+        }
+        pm_buf_str(&b, " at");
+        for (uint32_t d = 0; d < FRAMES && d < v[i].depth; d++) {
+            pm_buf_str(&b, d ? " <- " : " ");
+            size_t k = i * FRAMES + d;
+            if (named && nm->len[k]) {
+                char name[256];
+                size_t len = nm->len[k] < sizeof name - 1 ? nm->len[k] : sizeof name - 1;
+                for (size_t j = 0; j < len; j++) name[j] = nm->pool[nm->off[k] + j];
+                name[len] = 0;
+                pm_buf_str(&b, name);
+            } else {
+                pm_buf_hex(&b, v[i].pcs[d]);
+            }
+        }
+        pm_buf_str(&b, "\n");
+    }
+    if (m > show) {
+        double rest = 0;
+        for (size_t i = show; i < m; i++) rest += v[i].bytes;
+        pm_buf_str(&b, "profmalloc: leaks: and ");
+        pm_buf_u64(&b, m - show);
+        pm_buf_str(&b, " more sites holding ");
+        num(&b, rest);
+        pm_buf_str(&b, " bytes (PROFMALLOC_LEAKS=path writes them all as a profile)\n");
+    }
+    pm_buf_flush(&b);
+    pm_os_unmap(mem, bytes);
+}
+
+void pm_leaks_at_exit(void)
+{
+    const char *what = pm_options.leaks;
+    if (!what) return;
+    if (what[0] == '1' && !what[1]) {
+        report();
+        return;
+    }
+    enum { CAP = 4096 };
+    char *path = pm_os_map(CAP, 0);
+    if (!path || pm_heapprof_expand(what, path, CAP) != 0 || profmalloc_dump(path) != 0)
+        pm_os_message("PROFMALLOC_LEAKS: could not write the profile of the leaks");
+    if (path) pm_os_unmap(path, CAP);
+}

@@ -1,0 +1,299 @@
+/* prof_peak.c — running totals of the sampled allocations, the copy of the
+ * site table at the peak of live bytes, the copy at profmalloc_mark(), and
+ * the dispatch of everything that runs after a sampled allocation
+ * (pm_hunt_tick: triggers, timeline, gperftools).
+ * Must never: map memory, unwind or write while holding a lock; copies are
+ * taken into memory mapped beforehand and swapped in under peak.lock or
+ * mark.lock, which guard only a pointer swap or a memcpy (no other lock is
+ * taken under them; the fork handlers take them first). */
+#include "pm_hunt.h"
+
+#include <errno.h>
+
+static _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
+
+typedef struct held_copy {
+    pm_lock_t lock;
+    pm_site_copy_t copy;
+    uint64_t estimate, in_use, time_ns; /* at the copy */
+    int taken;
+} held_copy_t;
+
+static held_copy_t peak = {.lock = PM_LOCK_INIT}, mark = {.lock = PM_LOCK_INIT};
+/* live estimate (fixed point) that triggers the next peak copy */
+static _Atomic uint64_t next_peak_fx;
+static _Atomic int peak_busy;
+static _Atomic uint64_t max_estimate; /* whole bytes */
+
+void pm_hunt_on_alloc(uint64_t objects_fx, uint64_t bytes_fx)
+{
+    pm_relaxed_add(&alloc_objects, objects_fx);
+    pm_relaxed_add(&alloc_bytes, bytes_fx);
+}
+
+void pm_hunt_on_free(uint64_t objects_fx, uint64_t bytes_fx)
+{
+    pm_relaxed_add(&free_objects, objects_fx);
+    pm_relaxed_add(&free_bytes, bytes_fx);
+    if (pm_options.timeline) pm_timeline_on_live(pm_hunt_live_bytes());
+}
+
+void pm_hunt_totals(pm_hunt_totals_t *out)
+{
+    out->alloc_objects = pm_relaxed_load(&alloc_objects);
+    out->alloc_bytes = pm_relaxed_load(&alloc_bytes);
+    out->free_objects = pm_relaxed_load(&free_objects);
+    out->free_bytes = pm_relaxed_load(&free_bytes);
+}
+
+uint64_t pm_hunt_live_bytes(void)
+{
+    uint64_t a = pm_relaxed_load(&alloc_bytes), f = pm_relaxed_load(&free_bytes);
+    return a > f ? (a - f) >> PM_FX_SHIFT : 0;
+}
+
+/* ---- copies of the site table ----------------------------------------- */
+
+static void sift(pm_site_count_t *v, size_t root, size_t n)
+{
+    for (size_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && (uintptr_t)v[child].site < (uintptr_t)v[child + 1].site) child++;
+        if ((uintptr_t)v[root].site >= (uintptr_t)v[child].site) return;
+        pm_site_count_t t = v[root];
+        v[root] = v[child];
+        v[child] = t;
+    }
+}
+
+/* Heap sort by site (no qsort: it may allocate). */
+static void sort_by_site(pm_site_count_t *v, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;) sift(v, i, n);
+    for (size_t end = n; end-- > 1;) {
+        pm_site_count_t t = v[0];
+        v[0] = v[end];
+        v[end] = t;
+        sift(v, 0, end);
+    }
+}
+
+int pm_hunt_copy_take(pm_site_copy_t *c)
+{
+    for (;;) {
+        size_t want = pm_heapprof_site_total() + 64;
+        size_t bytes = want * sizeof(pm_site_count_t);
+        pm_site_count_t *v = pm_os_map(bytes, 0);
+        if (!v) {
+            errno = ENOMEM;
+            return -1;
+        }
+        size_t n = pm_heapprof_copy_sites(v, want);
+        if (n > want) { /* sites were added meanwhile */
+            pm_os_unmap(v, bytes);
+            continue;
+        }
+        sort_by_site(v, n);
+        *c = (pm_site_copy_t){v, n, bytes};
+        return 0;
+    }
+}
+
+void pm_hunt_copy_free(pm_site_copy_t *c)
+{
+    if (c->bytes) pm_os_unmap(c->v, c->bytes);
+    *c = (pm_site_copy_t){0};
+}
+
+/* Replaces h's copy with c (taken by the caller), recording when. */
+static void hold(held_copy_t *h, pm_site_copy_t *c, uint64_t estimate)
+{
+    profmalloc_stats_t s;
+    pm_stats_collect(&s);
+    uint64_t now = pm_os_now_ns();
+    pm_lock(&h->lock);
+    pm_site_copy_t old = h->copy;
+    h->copy = *c;
+    h->estimate = estimate;
+    h->in_use = s.in_use;
+    h->time_ns = now;
+    h->taken = 1;
+    pm_unlock(&h->lock);
+    pm_hunt_copy_free(&old);
+}
+
+/* A private copy of h's copy (memcpy under its lock into memory mapped
+ * before), and its record. */
+static int dup_held(held_copy_t *h, pm_site_copy_t *out, held_copy_t *info)
+{
+    for (;;) {
+        pm_lock(&h->lock);
+        size_t n = h->copy.n;
+        pm_unlock(&h->lock);
+        size_t bytes = (n + 1) * sizeof(pm_site_count_t);
+        pm_site_count_t *v = pm_os_map(bytes, 0);
+        if (!v) {
+            errno = ENOMEM;
+            return -1;
+        }
+        pm_lock(&h->lock);
+        if (h->copy.n > n) {
+            pm_unlock(&h->lock);
+            pm_os_unmap(v, bytes);
+            continue;
+        }
+        for (size_t i = 0; i < h->copy.n; i++) v[i] = h->copy.v[i];
+        *out = (pm_site_copy_t){v, h->copy.n, bytes};
+        info->estimate = h->estimate;
+        info->in_use = h->in_use;
+        info->time_ns = h->time_ns;
+        info->taken = h->taken;
+        pm_unlock(&h->lock);
+        return 0;
+    }
+}
+
+/* Copies the site table when the live estimate first passes 1.1 times the
+ * last copy's (plus a page, so that a small heap is not copied at each
+ * sample): O(log) copies of the growth (test_peak_profile_tops_peak_site). */
+static void peak_check(uint64_t live_fx)
+{
+    if (live_fx <= pm_relaxed_load(&next_peak_fx)) return;
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&peak_busy, &idle, 1)) return;
+    pm_site_copy_t c;
+    if (pm_hunt_copy_take(&c) == 0) {
+        hold(&peak, &c, live_fx >> PM_FX_SHIFT);
+        atomic_store_explicit(&next_peak_fx, live_fx + live_fx / 10 + ((uint64_t)4096 << PM_FX_SHIFT),
+                              memory_order_relaxed);
+    }
+    atomic_store(&peak_busy, 0);
+}
+
+static int hunting_timeline, hunting_triggers, hunting_gperf;
+
+void pm_hunt_init(void)
+{
+    hunting_triggers = pm_options.every_bytes || pm_options.every_inuse || pm_options.every_seconds ||
+                       pm_options.dump_signal;
+    hunting_timeline = pm_options.timeline != NULL;
+    hunting_gperf = 1; /* HeapProfilerStart may start it later */
+    pm_triggers_init();
+    pm_timeline_init();
+    pm_gperf_init();
+}
+
+void pm_hunt_tick(void)
+{
+    uint64_t a = pm_relaxed_load(&alloc_bytes), f = pm_relaxed_load(&free_bytes);
+    uint64_t live_fx = a > f ? a - f : 0, live = live_fx >> PM_FX_SHIFT;
+    uint64_t m = pm_relaxed_load(&max_estimate);
+    while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
+    peak_check(live_fx);
+    if (hunting_timeline) pm_timeline_tick();
+    if (hunting_triggers) pm_triggers_tick(a >> PM_FX_SHIFT, live);
+    if (hunting_gperf) pm_gperf_tick(a >> PM_FX_SHIFT, live);
+}
+
+/* ---- the public calls -------------------------------------------------- */
+
+static void note(char *buf, size_t cap, const char *what, uint64_t v, const char *unit)
+{
+    pm_buf_t b;
+    pm_buf_init(&b, buf, cap - 1, -1);
+    pm_buf_str(&b, "profmalloc: ");
+    pm_buf_str(&b, what);
+    pm_buf_str(&b, "=");
+    pm_buf_u64(&b, v);
+    pm_buf_str(&b, unit);
+    buf[b.len] = 0;
+}
+
+/* Writes h's copy (PM_VIEW_AT) or the growth since it (PM_VIEW_SINCE). */
+static int dump_held(held_copy_t *h, const char *path, int mode, const char *label)
+{
+    if (!path || !*path) {
+        errno = EINVAL;
+        return -1;
+    }
+    pm_init();
+    pm_site_copy_t c;
+    held_copy_t info = {0};
+    if (dup_held(h, &c, &info) != 0) return -1;
+    char notes[3][96];
+    pm_prof_view_t view = {.mode = mode, .base = c.v, .nbase = c.n};
+    if (info.taken) {
+        char what[48];
+        pm_buf_t b;
+        pm_buf_init(&b, what, sizeof what - 1, -1);
+        pm_buf_str(&b, label);
+        pm_buf_str(&b, "_in_use");
+        what[b.len] = 0;
+        note(notes[0], sizeof notes[0], what, info.in_use, " bytes");
+        pm_buf_init(&b, what, sizeof what - 1, -1);
+        pm_buf_str(&b, label);
+        pm_buf_str(&b, "_time");
+        what[b.len] = 0;
+        note(notes[1], sizeof notes[1], what, info.time_ns, " ns since the epoch");
+        pm_buf_init(&b, what, sizeof what - 1, -1);
+        pm_buf_str(&b, label);
+        pm_buf_str(&b, "_estimate");
+        what[b.len] = 0;
+        note(notes[2], sizeof notes[2], what, info.estimate, " bytes");
+        for (int i = 0; i < 3; i++) view.notes[i] = notes[i];
+    }
+    /* a difference has negative values: only profile.proto holds them */
+    int rc = pm_heapprof_dump_view(path, mode == PM_VIEW_SINCE ? PROFMALLOC_FORMAT_PPROF : -1, &view);
+    int saved = errno;
+    pm_hunt_copy_free(&c);
+    errno = saved;
+    return rc;
+}
+
+PM_EXPORT int profmalloc_dump_peak(const char *path) { return dump_held(&peak, path, PM_VIEW_AT, "peak"); }
+
+PM_EXPORT int profmalloc_mark(void)
+{
+    pm_init();
+    pm_site_copy_t c;
+    if (pm_hunt_copy_take(&c) != 0) return -1;
+    hold(&mark, &c, pm_hunt_live_bytes());
+    return 0;
+}
+
+PM_EXPORT int profmalloc_dump_since_mark(const char *path)
+{
+    return dump_held(&mark, path, PM_VIEW_SINCE, "mark");
+}
+
+void pm_hunt_at_exit(void)
+{
+    if (pm_options.dump_peak) {
+        enum { CAP = 4096 };
+        char *path = pm_os_map(CAP, 0);
+        if (path && pm_heapprof_expand(pm_options.dump_peak, path, CAP) == 0 &&
+            profmalloc_dump_peak(path) != 0)
+            pm_os_message("PROFMALLOC_DUMP_PEAK: could not write the peak profile");
+        if (path) pm_os_unmap(path, CAP);
+    }
+    pm_leaks_at_exit();
+    pm_timeline_at_exit();
+    pm_gperf_at_exit();
+}
+
+void pm_hunt_lock_all(void)
+{
+    pm_lock(&peak.lock);
+    pm_lock(&mark.lock);
+}
+
+void pm_hunt_unlock_all(int child)
+{
+    if (child) {
+        pm_lock_reset(&mark.lock);
+        pm_lock_reset(&peak.lock);
+        atomic_store(&peak_busy, 0); /* its thread is gone */
+    } else {
+        pm_unlock(&mark.lock);
+        pm_unlock(&peak.lock);
+    }
+}

@@ -1,0 +1,388 @@
+/* test_hunt.c — leak hunting end to end: hunt_prog (a program of known
+ * behaviour linked with -lprofmalloc) is run with the variables under test
+ * and its files and stderr are read back: the peak profile, since-mark,
+ * the leak report, the dump triggers, the timeline, gperftools' API. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "profmalloc.h"
+#include "profile_reader.h"
+
+static char g_dir[PATH_MAX], g_prog[PATH_MAX + 16], g_work[PATH_MAX + 16];
+
+static const char *in_work(const char *name)
+{
+    static char buf[8][PATH_MAX + 64];
+    static int next;
+    char *p = buf[next++ & 7];
+    snprintf(p, sizeof buf[0], "%s/%s", g_work, name);
+    return p;
+}
+
+/* Runs hunt_prog with argv and extra environment (NULL-terminated), in the
+ * work directory; stderr into err (NUL-terminated).  The exit status. */
+static int run(const char *const *env, const char *const *args, char *err, size_t cap)
+{
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        if (chdir(g_work) != 0) _exit(126);
+        for (const char *const *e = env; e && *e; e++) putenv((char *)*e);
+        const char *argv[16] = {g_prog};
+        int n = 1;
+        for (const char *const *a = args; *a && n < 15; a++) argv[n++] = *a;
+        argv[n] = NULL;
+        execv(g_prog, (char *const *)argv);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    size_t n = 0;
+    ssize_t r;
+    char scratch[4096];
+    while ((r = read(pipefd[0], err && n < cap - 1 ? err + n : scratch,
+                     err && n < cap - 1 ? cap - 1 - n : sizeof scratch)) > 0)
+        if (err && n < cap - 1) n += (size_t)r;
+    close(pipefd[0]);
+    if (err) err[n] = 0;
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Empties the work directory. */
+static void clean_work(void)
+{
+    DIR *d = opendir(g_work);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.' || (e->d_name[1] && (e->d_name[1] != '.' || e->d_name[2])))
+            unlink(in_work(e->d_name));
+    closedir(d);
+}
+
+/* Files in the work directory whose name contains `part`. */
+static int count_files(const char *part)
+{
+    DIR *d = opendir(g_work);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, part)) n++;
+    closedir(d);
+    return n;
+}
+
+/* The in-use bytes (signed) of the samples whose stack passes through fn. */
+static int64_t inuse_of(const tprof_t *p, const char *fn)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < p->ns; i++) {
+        const tsample_t *s = &p->s[i];
+        for (size_t k = 0; k < s->locs.n; k++) {
+            const char *name = loc_func_name(p, loc_by_id(p, s->locs.v[k]));
+            if (name && strcmp(name, fn) == 0) {
+                sum += (int64_t)s->vals.v[3];
+                break;
+            }
+        }
+    }
+    return sum;
+}
+
+static const char *comment_with(const tprof_t *p, const char *prefix)
+{
+    for (size_t i = 0; i < p->comments.n; i++) {
+        const char *c = S(p, p->comments.v[i]);
+        if (strncmp(c, prefix, strlen(prefix)) == 0) return c;
+    }
+    return NULL;
+}
+
+/* ---- the peak --------------------------------------------------------- */
+
+static void check_peak(const char *rate)
+{
+    clean_work();
+    char env_rate[64];
+    snprintf(env_rate, sizeof env_rate, "PROFMALLOC_SAMPLE_RATE=%s", rate);
+    const char *env[] = {env_rate, "PROFMALLOC_DUMP_PEAK=atexit-peak.%p.pb.gz", NULL};
+    const char *args[] = {"peak", in_work("peak.pb.gz"), in_work("exit.pb.gz"), NULL};
+    char err[4096];
+    assert_int_equal(run(env, args, err, sizeof err), 0);
+    tprof_t peak, end, atexit_peak;
+    load_profile(&peak, in_work("peak.pb.gz"), NULL);
+    load_profile(&end, in_work("exit.pb.gz"), NULL);
+    assert_int_equal(count_files("atexit-peak."), 1);
+    DIR *d = opendir(g_work);
+    char name[300] = "";
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, "atexit-peak.")) snprintf(name, sizeof name, "%s", e->d_name);
+    closedir(d);
+    load_profile(&atexit_peak, in_work(name), NULL);
+    int64_t pk = inuse_of(&peak, "peak_site"), st = inuse_of(&peak, "steady_site");
+    int64_t pk_end = inuse_of(&end, "peak_site"), st_end = inuse_of(&end, "steady_site");
+    /* peak_site held 20 MB at the peak, steady_site 2 MB; at exit 0.2 MB and 2 MB */
+    if (!(pk > 5 * st)) fail_msg("rate %s: at the peak peak_site %lld, steady_site %lld", rate, (long long)pk, (long long)st);
+    if (!(st_end > 5 * pk_end)) fail_msg("rate %s: at exit peak_site %lld, steady_site %lld", rate, (long long)pk_end, (long long)st_end);
+    if (!strcmp(rate, "1")) {
+        /* exact at rate 1: the copy was taken within 10 % of the top */
+        assert_true(pk >= 20480 * 1024 * 9 / 10 - 2048 * 1000);
+        assert_int_equal(st, 2048 * 1000);
+        assert_int_equal(pk_end, 205 * 1024 + 20480 * sizeof(void *)); /* and its array */
+    }
+    assert_true(inuse_of(&atexit_peak, "peak_site") > 5 * inuse_of(&atexit_peak, "steady_site"));
+    const char *c = comment_with(&peak, "profmalloc: peak_in_use=");
+    assert_non_null(c);
+    assert_true(strtoull(c + strlen("profmalloc: peak_in_use="), NULL, 10) >= 18u << 20);
+    assert_non_null(comment_with(&peak, "profmalloc: peak_time="));
+    free_profile(&peak);
+    free_profile(&end);
+    free_profile(&atexit_peak);
+}
+
+static void test_peak_profile_tops_peak_site(void **state)
+{
+    (void)state;
+    check_peak("1");
+    check_peak("64k");
+}
+
+/* ---- mark / since mark ------------------------------------------------ */
+
+static void test_since_mark_shows_growth_and_shrink(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", NULL};
+    const char *args[] = {"mark", in_work("since.pb.gz"), NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    tprof_t p;
+    load_profile(&p, in_work("since.pb.gz"), NULL);
+    assert_int_equal(inuse_of(&p, "after_mark_site"), 1000 * 5000);
+    assert_int_equal(inuse_of(&p, "before_mark_site"), -500 * 3000);
+    assert_int_equal(inuse_of(&p, "untouched_site"), 0);
+    assert_non_null(comment_with(&p, "profmalloc: mark_time="));
+    free_profile(&p);
+}
+
+/* ---- the leak report -------------------------------------------------- */
+
+static void test_leak_report_names_only_the_leak(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_LEAKS=1", NULL};
+    const char *args[] = {"leak", NULL};
+    char err[8192];
+    assert_int_equal(run(env, args, err, sizeof err), 0);
+    if (!strstr(err, "leaks: 1 site holds 1228800 bytes at exit (exact"))
+        fail_msg("report:\n%s", err);
+    assert_non_null(strstr(err, "1228800 bytes in 300 blocks of 4096 at leaky_function <- main"));
+    assert_null(strstr(err, "tidy_function"));
+    /* sampled: an estimate with its error, still only the leak */
+    const char *env2[] = {"PROFMALLOC_SAMPLE_RATE=16k", "PROFMALLOC_LEAKS=1", NULL};
+    assert_int_equal(run(env2, args, err, sizeof err), 0);
+    if (!strstr(err, "site holds about") || !strstr(err, " +- ") || !strstr(err, "leaky_function"))
+        fail_msg("report:\n%s", err);
+    assert_null(strstr(err, "tidy_function"));
+    /* a path: the profile of what is left */
+    const char *env3[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_LEAKS=leaks.%p.pb.gz", NULL};
+    assert_int_equal(run(env3, args, err, sizeof err), 0);
+    assert_int_equal(count_files("leaks."), 1);
+}
+
+/* ---- dump triggers ---------------------------------------------------- */
+
+static void test_dump_every_bytes(void **state)
+{
+    (void)state;
+    clean_work();
+    /* 10 MB allocated in 4 KiB blocks, a dump per 1 MB: 10 dumps */
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_DUMP_EVERY_BYTES=1M", "PROFMALLOC_DUMP_PREFIX=trig",
+                         NULL};
+    const char *args[] = {"churn", "10485760", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    assert_int_equal(count_files(".bytes.pb.gz"), 10);
+    assert_int_equal(count_files("trig."), 10);
+}
+
+static void test_dump_every_inuse(void **state)
+{
+    (void)state;
+    clean_work();
+    /* live bytes rise to 8 MB (2048 blocks of 4 KiB): a dump per 1 MB of high-water mark */
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_DUMP_EVERY_INUSE=1M", "PROFMALLOC_DUMP_PREFIX=trig",
+                         NULL};
+    const char *args[] = {"inuse", "2048", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    assert_int_equal(count_files(".inuse.pb.gz"), 8);
+}
+
+static void test_dump_on_signal(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_DUMP_SIGNAL=SIGUSR2", "PROFMALLOC_DUMP_PREFIX=sig", NULL};
+    const char *args[] = {"signal", "3", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    assert_int_equal(count_files(".signal.pb.gz"), 3);
+}
+
+static void test_dump_every_seconds(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=4k", "PROFMALLOC_DUMP_EVERY_SECONDS=1", "PROFMALLOC_DUMP_PREFIX=sec",
+                         NULL};
+    const char *args[] = {"seconds", "2500", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    assert_int_equal(count_files(".seconds.pb.gz"), 2);
+}
+
+static void test_malformed_hunt_options(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_DUMP_SIGNAL=SIGNOPE", "PROFMALLOC_DUMP_EVERY_SECONDS=1x",
+                         "PROFMALLOC_LEAKS=%z", NULL};
+    const char *args[] = {"leak", NULL};
+    char err[4096];
+    assert_int_equal(run(env, args, err, sizeof err), 0);
+    assert_non_null(strstr(err, "ignoring malformed PROFMALLOC_DUMP_SIGNAL=\"SIGNOPE\""));
+    assert_non_null(strstr(err, "ignoring malformed PROFMALLOC_DUMP_EVERY_SECONDS=\"1x\""));
+    assert_non_null(strstr(err, "ignoring malformed PROFMALLOC_LEAKS=\"%z\""));
+    /* once each */
+    assert_null(strstr(strstr(err, "PROFMALLOC_DUMP_SIGNAL") + 1, "PROFMALLOC_DUMP_SIGNAL"));
+    assert_null(strstr(err, "leaks:"));
+}
+
+/* ---- gperftools ---------------------------------------------------------- */
+
+/* Runs cmd; its output into out; the exit status. */
+static int capture(const char *cmd, char *out, size_t cap)
+{
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    return pclose(f);
+}
+
+/* The first function name on the first data line of `go tool pprof -top`
+ * or `google-pprof --text` output (the top function). */
+static void top_function_is(const char *out, const char *fn, const char *tool)
+{
+    const char *line = out;
+    for (; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        /* data lines start with a number and hold a % */
+        const char *p = line;
+        while (*p == ' ') p++;
+        if (*p >= '0' && *p <= '9' && strchr(p, '%') && strchr(p, '%') < strchr(p, '\n')) break;
+    }
+    if (!line || !*line) fail_msg("%s: no data line in:\n%s", tool, out);
+    const char *end = strchr(line, '\n');
+    char first[512];
+    size_t n = end ? (size_t)(end - line) : strlen(line);
+    snprintf(first, sizeof first, "%.*s", (int)n, line);
+    if (!strstr(first, fn)) fail_msg("%s: top line is '%s', not %s; output:\n%s", tool, first, fn, out);
+}
+
+static void test_gperftools_api(void **state)
+{
+    (void)state;
+    char prog[PATH_MAX + 32];
+    snprintf(prog, sizeof prog, "%s/gperf_prog", g_dir);
+    if (access(prog, X_OK) != 0) {
+        print_message("skipped: no <gperftools/heap-profiler.h> (libgoogle-perftools-dev) at build time\n");
+        skip();
+    }
+    clean_work();
+    char cmd[3 * PATH_MAX], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", prog, in_work("gp"));
+    assert_int_equal(capture(cmd, out, sizeof out), 0);
+    /* the dump, and the final one at exit; none after HeapProfilerStop */
+    assert_int_equal(count_files("gp.0001.heap"), 1);
+    assert_int_equal(count_files(".heap"), 1);
+    if (system("command -v google-pprof >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd, "google-pprof --text '%s' '%s' 2>/dev/null", prog, in_work("gp.0001.heap"));
+        assert_int_equal(capture(cmd, out, sizeof out), 0);
+        top_function_is(out, "gperf_site", "google-pprof");
+    } else {
+        print_message("google-pprof not installed: not checked with it\n");
+    }
+    if (system("command -v go >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd, "go tool pprof -top '%s' '%s' 2>/dev/null", prog, in_work("gp.0001.heap"));
+        assert_int_equal(capture(cmd, out, sizeof out), 0);
+        top_function_is(out, "gperf_site", "go tool pprof");
+    } else {
+        print_message("go not installed: not checked with go tool pprof\n");
+    }
+}
+
+static void test_heapprofile_numbered_files(void **state)
+{
+    (void)state;
+    clean_work();
+    /* 5.5 MB allocated, a dump per 1 MB, and the final dump at exit */
+    const char *env[] = {"HEAPPROFILE=hp", "HEAP_PROFILE_ALLOCATION_INTERVAL=1048576", NULL};
+    const char *args[] = {"churn", "5767168", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    for (int i = 1; i <= 6; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "hp.%04d.heap", i);
+        assert_int_equal(count_files(name), 1);
+    }
+    assert_int_equal(count_files(".heap"), 6);
+    /* exact, as gperftools' (HEAPPROFILE implies rate 1): the text says so */
+    size_t len;
+    uint8_t *text = slurp(in_work("hp.0006.heap"), &len);
+    assert_true(strncmp((char *)text, "heap profile:", 13) == 0);
+    assert_non_null(strstr((char *)text, "heapprofile"));
+    free(text);
+    /* HEAP_PROFILE_INUSE_INTERVAL: 8 MB live at the top, a dump per 2 MB of high-water mark */
+    clean_work();
+    const char *env2[] = {"HEAPPROFILE=in", "HEAP_PROFILE_INUSE_INTERVAL=2097152", NULL};
+    const char *args2[] = {"inuse", "2048", NULL};
+    assert_int_equal(run(env2, args2, NULL, 0), 0);
+    assert_int_equal(count_files(".heap"), 3 + 1); /* past 2, 4+, 6+ MB (strictly above), and exit */
+}
+
+int main(void)
+{
+    if (!realpath("/proc/self/exe", g_dir)) return 2;
+    *strrchr(g_dir, '/') = 0;
+    snprintf(g_prog, sizeof g_prog, "%s/hunt_prog", g_dir);
+    snprintf(g_work, sizeof g_work, "%s/work", g_dir);
+    mkdir(g_work, 0755);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak_profile_tops_peak_site),
+        cmocka_unit_test(test_since_mark_shows_growth_and_shrink),
+        cmocka_unit_test(test_leak_report_names_only_the_leak),
+        cmocka_unit_test(test_dump_every_bytes),
+        cmocka_unit_test(test_dump_every_inuse),
+        cmocka_unit_test(test_dump_on_signal),
+        cmocka_unit_test(test_dump_every_seconds),
+        cmocka_unit_test(test_malformed_hunt_options),
+        cmocka_unit_test(test_gperftools_api),
+        cmocka_unit_test(test_heapprofile_numbered_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
