@@ -110,6 +110,25 @@ int profmalloc_dump_peak(const char *path);
 int profmalloc_mark(void);
 int profmalloc_dump_since_mark(const char *path);
 
+/* The timeline (PROFMALLOC_TIMELINE, doc/timeline.md) read back: every
+ * complete interval record ('R'), peak block ('P') and end mark ('Z') in
+ * file order; a record cut short by a crash is left out.  Fills
+ * out[0..cap) and returns how many the file holds (more than cap when out
+ * was too small), or -1 with errno set (EPROTO: not a version 1
+ * timeline).  Allocates with malloc; no stdio. */
+typedef struct profmalloc_timeline_point {
+    int kind;            /* 'R' an interval record, 'P' a peak, 'Z' the end at exit */
+    uint64_t t_ms;       /* milliseconds since the profiler started */
+    uint64_t live;       /* live bytes the profiler sees (exact at rate 1) */
+    uint64_t max, min;   /* 'R': highest and lowest live bytes in the interval */
+    uint64_t allocs, frees, alloc_bytes, free_bytes; /* 'R': since the record before */
+    uint64_t in_use;     /* 'R': the allocator's exact bytes in use */
+    uint32_t nsites;     /* 'P': sites in the block */
+    uintptr_t top_pc;    /* 'P': innermost return address of the largest site */
+    uint64_t top_bytes;  /* 'P': that site's live bytes */
+} profmalloc_timeline_point_t;
+long profmalloc_timeline_read(const char *path, profmalloc_timeline_point_t *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

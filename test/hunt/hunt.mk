@@ -9,10 +9,10 @@ $(HUNT_DIR)/hunt_prog: test/hunt/hunt_prog.c include/profmalloc.h $(PM_SO)
 	$(CC) $(HUNT_CFLAGS) -fno-builtin-malloc $< -o $@ \
 		-L$(BUILD) -Wl,--no-as-needed -lprofmalloc -Wl,--as-needed -Wl,-rpath,$(abspath $(BUILD))
 
-# test_hunt itself runs on the C library's malloc (it only reads files)
-$(HUNT_DIR)/test_hunt: test/hunt/test_hunt.c test/unit/profile_reader.h include/profmalloc.h
+# test_hunt links -lprofmalloc for profmalloc_timeline_read
+$(HUNT_DIR)/test_hunt: test/hunt/test_hunt.c test/unit/profile_reader.h include/profmalloc.h $(PM_SO)
 	@mkdir -p $(@D)
-	$(CC) $(HUNT_CFLAGS) $(CMOCKA_CFLAGS) $< -o $@ $(CMOCKA_LIBS)
+	$(CC) $(HUNT_CFLAGS) $(CMOCKA_CFLAGS) $< -o $@ -L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD)) $(CMOCKA_LIBS)
 
 .PHONY: check-hunt
 CHECK_TARGETS += check-hunt

@@ -1,7 +1,9 @@
 /* hunt_prog.c — programs of known memory behaviour for test_hunt.c, one
  * per argv[1]; linked with -lprofmalloc.  No stdio: the leak report must
  * see only the program's own blocks. */
+#include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -83,6 +85,8 @@ __attribute__((noinline)) void ramp_site(int n, long step_us)
     for (int i = 0; i < n; i++) {
         free(ramp[i]);
         ramp[i] = NULL;
+        sink = malloc(64); /* the program goes on allocating: records go on */
+        free(sink);
         if (step_us) {
             struct timespec ts = {0, step_us * 1000};
             nanosleep(&ts, NULL);
@@ -142,6 +146,16 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(mode, "ramps")) { /* two growth-then-release shapes: 8 MB then 16 MB */
+        if (argc > 2) { /* ramp_site's address, for the peaks' top site */
+            int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            char hex[32];
+            int n = 0;
+            for (uintptr_t a = (uintptr_t)ramp_site, d = (uintptr_t)1 << 60; d; d >>= 4)
+                hex[n++] = "0123456789abcdef"[(a / d) & 15];
+            hex[n++] = '\n';
+            if (fd < 0 || write(fd, hex, n) != n) return 3;
+            close(fd);
+        }
         ramp_site(2048, 250);
         nap_ms(200);
         churn_site(4096);

@@ -365,6 +365,139 @@ static void test_heapprofile_numbered_files(void **state)
     assert_int_equal(count_files(".heap"), 3 + 1); /* past 2, 4+, 6+ MB (strictly above), and exit */
 }
 
+/* ---- the timeline -------------------------------------------------------- */
+
+static long read_timeline(const char *path, profmalloc_timeline_point_t *v, size_t cap)
+{
+    long n = profmalloc_timeline_read(path, v, cap);
+    if (n < 0) fail_msg("profmalloc_timeline_read %s: %s", path, strerror(errno));
+    assert_true((size_t)n <= cap);
+    return n;
+}
+
+static void test_timeline_shape_and_peaks(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_TIMELINE=tl.%p", "PROFMALLOC_TIMELINE_INTERVAL=50",
+                         NULL};
+    const char *args[] = {"ramps", in_work("addr"), NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    DIR *d = opendir(g_work);
+    char name[300] = "";
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, "tl.", 3)) snprintf(name, sizeof name, "%s", e->d_name);
+    closedir(d);
+    assert_true(name[0]);
+    size_t len;
+    char *addr_text = (char *)slurp(in_work("addr"), &len);
+    uintptr_t ramp = (uintptr_t)strtoull(addr_text, NULL, 16);
+    free(addr_text);
+    static profmalloc_timeline_point_t v[10000];
+    long n = read_timeline(in_work(name), v, 10000);
+    const uint64_t MB = 1 << 20;
+    /* the shape: up to 8 MB, down below 1 MB, up to 16 MB, down, the end */
+    int phase = 0, peaks = 0, records = 0;
+    uint64_t last_t = 0;
+    for (long i = 0; i < n; i++) {
+        assert_true(v[i].kind == 'P' || v[i].t_ms >= last_t); /* a peak: the time it was seen */
+        if (v[i].kind != 'P') last_t = v[i].t_ms;
+        if (v[i].kind == 'R') {
+            records++;
+            assert_true(v[i].min <= v[i].live && v[i].live <= v[i].max);
+            if (phase == 0 && v[i].max >= 8 * MB) phase = 1;
+            else if (phase == 1 && v[i].min < MB) phase = 2;
+            else if (phase == 2 && v[i].max >= 16 * MB) phase = 3;
+            else if (phase == 3 && v[i].min < MB) phase = 4;
+            assert_true(v[i].max < 17 * MB);
+        } else if (v[i].kind == 'P') {
+            /* each peak within its interval of the top, topped by ramp_site */
+            uint64_t want = peaks == 0 ? 8 * MB : 16 * MB;
+            if (!(v[i].live >= want && v[i].live < want + MB))
+                fail_msg("peak %d: %llu bytes, not about %llu", peaks, (unsigned long long)v[i].live, (unsigned long long)want);
+            assert_true(v[i].top_bytes >= want - want / 8);
+            if (!(v[i].top_pc > ramp && v[i].top_pc < ramp + 1024))
+                fail_msg("peak %d's top site at %#lx, not in ramp_site (%#lx)", peaks, (unsigned long)v[i].top_pc, (unsigned long)ramp);
+            peaks++;
+        }
+    }
+    if (phase != 4) fail_msg("the timeline's shape stopped at phase %d of 4 (%d records)", phase, records);
+    assert_int_equal(peaks, 2);
+    assert_true(records >= 20);
+    assert_int_equal(v[n - 1].kind, 'Z');
+}
+
+static void test_timeline_survives_sigkill(void **state)
+{
+    (void)state;
+    clean_work();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (chdir(g_work) != 0) _exit(126);
+        putenv("PROFMALLOC_SAMPLE_RATE=1");
+        putenv("PROFMALLOC_TIMELINE=killed.tl");
+        putenv("PROFMALLOC_TIMELINE_INTERVAL=5");
+        execl(g_prog, g_prog, "grow-forever", (char *)NULL);
+        _exit(127);
+    }
+    usleep(400 * 1000);
+    kill(pid, SIGKILL);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    static profmalloc_timeline_point_t v[100000];
+    long n = read_timeline(in_work("killed.tl"), v, 100000);
+    assert_true(n >= 5);
+    uint64_t last = 0;
+    for (long i = 0; i < n; i++) {
+        assert_int_equal(v[i].kind, 'R'); /* no end mark, no peak: it only grew */
+        assert_true(v[i].live >= last);
+        last = v[i].live;
+    }
+    /* a record or a peak block cut short is left out, the rest read */
+    FILE *f = fopen(in_work("killed.tl"), "a");
+    fputs("R 123456 99 99 99 1 1", f);
+    fclose(f);
+    assert_int_equal(read_timeline(in_work("killed.tl"), v, 100000), n);
+    f = fopen(in_work("killed.tl"), "a");
+    fputs(" 1 1 1\nP 123457 5 2\nS 4096 1 4096 abc\nS 4096 1 4096 abd\n", f);
+    fclose(f);
+    assert_int_equal(read_timeline(in_work("killed.tl"), v, 100000), n + 1);
+    /* not a timeline */
+    f = fopen(in_work("not.tl"), "w");
+    fputs("profmalloc-timeline 2 pid=1\n", f);
+    fclose(f);
+    assert_int_equal(profmalloc_timeline_read(in_work("not.tl"), v, 1), -1);
+    assert_int_equal(errno, EPROTO);
+}
+
+static void test_timeline_rotates(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=4k", "PROFMALLOC_TIMELINE=rot.tl", "PROFMALLOC_TIMELINE_INTERVAL=1",
+                         "PROFMALLOC_TIMELINE_MAX=4k", "PROFMALLOC_TIMELINE_KEEP=1", NULL};
+    const char *args[] = {"seconds", "1200", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    const char *names[] = {"rot.tl.1", "rot.tl"};
+    long last_part = -1;
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *text = (char *)slurp(in_work(names[i]), &len);
+        assert_true(len <= 4096);
+        assert_true(strncmp(text, "profmalloc-timeline 1 ", 22) == 0);
+        long part = strtol(strstr(text, " part=") + 6, NULL, 10);
+        assert_true(part > last_part);
+        last_part = part;
+        free(text);
+        static profmalloc_timeline_point_t v[1000];
+        assert_true(read_timeline(in_work(names[i]), v, 1000) > 5);
+    }
+    assert_true(last_part >= 2); /* so at least one part was dropped */
+    assert_int_equal(access(in_work("rot.tl.2"), F_OK), -1);
+}
+
 int main(void)
 {
     if (!realpath("/proc/self/exe", g_dir)) return 2;
@@ -383,6 +516,9 @@ int main(void)
         cmocka_unit_test(test_malformed_hunt_options),
         cmocka_unit_test(test_gperftools_api),
         cmocka_unit_test(test_heapprofile_numbered_files),
+        cmocka_unit_test(test_timeline_shape_and_peaks),
+        cmocka_unit_test(test_timeline_survives_sigkill),
+        cmocka_unit_test(test_timeline_rotates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
