@@ -70,6 +70,48 @@ typedef struct profmalloc_stats {
  * allocated) mapped also holds the blocks they were moving. */
 int profmalloc_get_stats(profmalloc_stats_t *out);
 
+/* Extended statistics, ABI-stable by size: set struct_size to
+ * sizeof(profmalloc_stats_ex_t) as your header has it; the library fills
+ * that many bytes at most (fields it does not know stay 0) and sets
+ * struct_size to what it filled.  Fields are only ever added at the end.
+ * Returns 0, or -1 with errno EINVAL (out NULL or struct_size too small
+ * for `base`). */
+#define PROFMALLOC_STATS_CLASSES 128
+typedef struct profmalloc_class_stats {
+    uint64_t size;           /* object size of the class */
+    uint64_t spans;          /* spans the class owns */
+    uint64_t span_bytes;     /* their bytes */
+    uint64_t in_use;         /* objects the application holds */
+    uint64_t thread_cache;   /* free objects in thread caches */
+    uint64_t central;        /* free objects in the central list and spans */
+    uint64_t fragmentation;  /* bytes of its spans never cut into objects */
+    uint64_t lock_waits;     /* acquisitions of its lock that had to wait */
+} profmalloc_class_stats_t;
+
+typedef struct profmalloc_stats_ex {
+    uint64_t struct_size;
+    profmalloc_stats_t base;
+    uint64_t peak_mapped;         /* most address space mapped at once (all of
+                                     profmalloc's mappings, scratch included) */
+    uint64_t peak_live;           /* highest live bytes the profiler saw (exact
+                                     at sample rate 1, else an estimate) */
+    uint64_t pageheap_lock_waits; /* page heap lock acquisitions that waited */
+    uint64_t central_lock_waits;  /* the same, summed over the classes */
+    uint64_t mmap_calls, mmap_bytes;      /* system calls and their bytes */
+    uint64_t munmap_calls, munmap_bytes;
+    uint64_t madvise_calls, madvise_bytes; /* pages released (MADV_DONTNEED) */
+    uint64_t mremap_calls, mremap_bytes;
+    uint64_t nclasses;            /* entries used in classes[] */
+    profmalloc_class_stats_t classes[PROFMALLOC_STATS_CLASSES];
+} profmalloc_stats_ex_t;
+int profmalloc_get_stats_ex(profmalloc_stats_ex_t *out);
+
+/* Writes the statistics to fd: PROFMALLOC_STATS_TEXT (malloc_stats' text)
+ * or PROFMALLOC_STATS_JSON (one JSON object).  0, or -1 with errno. */
+#define PROFMALLOC_STATS_TEXT 0
+#define PROFMALLOC_STATS_JSON 1
+int profmalloc_stats_print(int fd, int format);
+
 /* Heap profiles.  A dump is a snapshot of the sampled allocation sites and
  * the allocator's exact totals.  The default format is pprof profile.proto
  * (gzip container) in Go's heap layout; PROFMALLOC_FORMAT_LEGACY is the

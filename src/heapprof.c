@@ -15,6 +15,7 @@
 #include "pm_hunt.h"
 #include "pm_pprof.h"
 #include "pm_stacktrace.h"
+#include "pm_usdt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -353,6 +354,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
         pm_hunt_on_alloc(weight, weight * size);
+        PM_USDT3(sample, p, size, depth);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
         *r = (record_t){.node.hash = mix((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
@@ -596,6 +598,7 @@ int pm_heapprof_dump_fd_view(int fd, int format, const pm_prof_view_t *view)
     snapshot_mem_t mem;
     if (snapshot_take(&snap, &mem, view) != 0) return -1;
     int rc = pm_pprof_write(fd, &snap, format);
+    if (rc == 0) PM_USDT3(dump_written, fd, format, snap.nsamples);
     int saved = rc == 0 ? entry_errno : errno;
     pm_os_unmap(mem.base, mem.bytes);
     errno = saved;

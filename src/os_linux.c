@@ -25,7 +25,39 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pm_usdt.h"
+
 extern char **environ;
+
+/* System calls the allocator made, with their bytes (profmalloc_get_stats_ex). */
+static _Atomic uint64_t os_counts[8];
+static _Atomic uint64_t os_net, os_peak; /* bytes mapped now, and at most */
+
+void pm_os_counts(pm_os_counts_t *out)
+{
+    out->mmap_calls = pm_relaxed_load(&os_counts[0]);
+    out->mmap_bytes = pm_relaxed_load(&os_counts[1]);
+    out->munmap_calls = pm_relaxed_load(&os_counts[2]);
+    out->munmap_bytes = pm_relaxed_load(&os_counts[3]);
+    out->madvise_calls = pm_relaxed_load(&os_counts[4]);
+    out->madvise_bytes = pm_relaxed_load(&os_counts[5]);
+    out->mremap_calls = pm_relaxed_load(&os_counts[6]);
+    out->mremap_bytes = pm_relaxed_load(&os_counts[7]);
+    out->peak_mapped = pm_relaxed_load(&os_peak);
+}
+
+static void net_add(int64_t delta)
+{
+    uint64_t now = atomic_fetch_add_explicit(&os_net, (uint64_t)delta, memory_order_relaxed) + (uint64_t)delta;
+    uint64_t peak = pm_relaxed_load(&os_peak);
+    while (delta > 0 && now > peak && !atomic_compare_exchange_weak(&os_peak, &peak, now)) {}
+}
+
+static void count(int which, uint64_t bytes)
+{
+    pm_relaxed_add(&os_counts[which], 1);
+    pm_relaxed_add(&os_counts[which + 1], bytes);
+}
 
 /* errno is kept on every path: a malloc that succeeds after a failed
  * mmap (a refill that got part of a batch) must not leave ENOMEM behind,
@@ -51,6 +83,8 @@ void *pm_os_map(size_t size, size_t align)
     if (aligned > start) munmap(p, aligned - start);
     uintptr_t end = start + want, aligned_end = aligned + size;
     if (end > aligned_end) munmap((void *)aligned_end, end - aligned_end);
+    count(0, size);
+    net_add((int64_t)size);
     errno = saved;
     return (void *)aligned;
 }
@@ -59,6 +93,8 @@ int pm_os_unmap(void *addr, size_t size)
 {
     int saved = errno;
     int rc = size ? munmap(addr, size) : 0;
+    count(2, size);
+    if (rc == 0) net_add(-(int64_t)size);
     errno = saved;
     return rc == 0 ? 0 : -1;
 }
@@ -75,6 +111,8 @@ int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
 {
     int saved = errno;
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    count(6, new_size);
+    if (p == to) net_add((int64_t)new_size - (int64_t)old_size);
     errno = saved;
     return p == to ? 0 : -1;
 }
@@ -110,6 +148,8 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size)
 {
     int saved = errno;
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+    count(6, new_size);
+    if (p != MAP_FAILED) net_add((int64_t)new_size - (int64_t)old_size);
     errno = saved;
     return p == MAP_FAILED ? NULL : p;
 }
@@ -135,6 +175,8 @@ int pm_os_release(void *addr, size_t size)
         *(volatile uint8_t *)lo = 1;
         int saved = errno;
         rc = madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        count(4, hi - lo);
+        PM_USDT2(memory_heap_less, lo, hi - lo);
         unsigned char vec = 0;
         if (rc == 0 && mincore((void *)lo, 1, &vec) == 0 && (vec & 1)) {
             atomic_store_explicit(&madvise_keeps, 1, memory_order_relaxed);
@@ -379,6 +421,7 @@ void pm_os_fatal(const char *msg, const void *ptr, int has_ptr)
 void pm_lock_wait_slow(pm_lock_t *l)
 {
     pm_relaxed_add(&l->contended, 1);
+    PM_USDT1(lock_contended, l);
     for (int spin = 0; spin < 2000; spin++) {
         int expected = 0;
         if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&

@@ -27,6 +27,7 @@
  * skips zeroing on it.  The policy then tries no madvise for PM_DECAY_NS,
  * so a locked heap costs one failed madvise a second, not one per free. */
 #include "pm_internal.h"
+#include "pm_usdt.h"
 
 #include <string.h>
 
@@ -356,6 +357,7 @@ static void cut_front_locked(pm_span_t *s, size_t n, pm_age_t age)
         s->npages = n;
     }
     s->zeroed = s->state == PM_SPAN_RETURNED;
+    if (s->zeroed) PM_USDT2(memory_heap_more, s->page << PM_PAGE_SHIFT, s->npages << PM_PAGE_SHIFT);
     s->state = PM_SPAN_IN_USE;
     mark_ends(s);
 }
@@ -451,6 +453,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
         if (i == 0 || tries[i] < tries[i - 1])
             if ((mem = pm_os_map(tries[i] << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT))) pages = tries[i];
     if (!mem) return -1;
+    PM_USDT2(memory_heap_new, mem, pages << PM_PAGE_SHIFT);
     uintptr_t page = (uintptr_t)mem >> PM_PAGE_SHIFT;
     if (pm_pagemap_ensure(page, pages) != 0) {
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);
@@ -957,6 +960,7 @@ static int give_to_os(const pm_span_t *s)
 {
     void *addr = addr_of(s->page);
     size_t bytes = s->npages << PM_PAGE_SHIFT;
+    PM_USDT2(memory_heap_free, addr, s->unmapping ? bytes : 0); /* 0: madvised (memory_heap_less) */
     if (s->unmapping && pm_os_unmap(addr, bytes) == 0) return OS_UNMAPPED;
     return pm_os_release(addr, bytes) == 0 ? OS_RELEASED : OS_KEPT;
 }

@@ -53,6 +53,7 @@ typedef struct pm_hunt_totals {
 } pm_hunt_totals_t;
 void pm_hunt_totals(pm_hunt_totals_t *out);
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
+uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */
 /* A copy of the site table, sorted by site; mapped memory. */
 typedef struct pm_site_copy {
     pm_site_count_t *v;

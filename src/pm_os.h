@@ -77,6 +77,14 @@ void pm_os_futex_wait(_Atomic int *word, int expected);
 void pm_os_futex_wake(_Atomic int *word, int count);
 void pm_os_yield(void);
 
+/* The memory system calls made so far, with the bytes they covered. */
+typedef struct pm_os_counts {
+    uint64_t mmap_calls, mmap_bytes, munmap_calls, munmap_bytes;
+    uint64_t madvise_calls, madvise_bytes, mremap_calls, mremap_bytes;
+    uint64_t peak_mapped; /* most bytes mapped at once by pm_os_map */
+} pm_os_counts_t;
+void pm_os_counts(pm_os_counts_t *out);
+
 /* Writes "profmalloc: <msg>\n" to stderr. */
 void pm_os_message(const char *msg);
 

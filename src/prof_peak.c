@@ -11,6 +11,7 @@
 #include <errno.h>
 
 static _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
+static _Atomic uint64_t max_estimate; /* the highest live estimate, whole bytes */
 
 typedef struct held_copy {
     pm_lock_t lock;
@@ -23,7 +24,6 @@ static held_copy_t peak = {.lock = PM_LOCK_INIT}, mark = {.lock = PM_LOCK_INIT};
 /* live estimate (fixed point) that triggers the next peak copy */
 static _Atomic uint64_t next_peak_fx;
 static _Atomic int peak_busy;
-static _Atomic uint64_t max_estimate; /* whole bytes */
 
 void pm_hunt_on_alloc(uint64_t objects_fx, uint64_t bytes_fx)
 {
@@ -45,6 +45,8 @@ void pm_hunt_totals(pm_hunt_totals_t *out)
     out->free_objects = pm_relaxed_load(&free_objects);
     out->free_bytes = pm_relaxed_load(&free_bytes);
 }
+
+uint64_t pm_hunt_peak_live(void) { return pm_relaxed_load(&max_estimate); }
 
 uint64_t pm_hunt_live_bytes(void)
 {

@@ -12,7 +12,7 @@ $(HUNT_DIR)/hunt_prog: test/hunt/hunt_prog.c include/profmalloc.h $(PM_SO)
 # test_hunt links -lprofmalloc for profmalloc_timeline_read
 $(HUNT_DIR)/test_hunt: test/hunt/test_hunt.c test/unit/profile_reader.h include/profmalloc.h $(PM_SO)
 	@mkdir -p $(@D)
-	$(CC) $(HUNT_CFLAGS) $(CMOCKA_CFLAGS) $< -o $@ -L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD)) $(CMOCKA_LIBS)
+	$(CC) $(HUNT_CFLAGS) -fno-builtin-malloc $(CMOCKA_CFLAGS) $< -o $@ -L$(BUILD) -lprofmalloc -Wl,-rpath,$(abspath $(BUILD)) $(CMOCKA_LIBS)
 
 .PHONY: check-hunt
 CHECK_TARGETS += check-hunt
