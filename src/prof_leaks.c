@@ -8,7 +8,7 @@
 #include "pm_hunt.h"
 #include "pm_pprof.h"
 
-enum { SHOW = 20, FRAMES = 6, NAME_POOL = 64 * 1024 };
+enum { SHOW = 20, NAMED = 200, FRAMES = 6, NAME_POOL = 256 * 1024 };
 
 typedef struct leak {
     const void *stack;
@@ -16,6 +16,7 @@ typedef struct leak {
     uint32_t depth;
     uint64_t size;     /* requested size of one site (0: several sizes) */
     double bytes, objects, var;
+    size_t key;        /* its frames' names: index into names_t */
 } leak_t;
 
 static double root(double x)
@@ -54,14 +55,14 @@ static void sort_leaks(leak_t *v, size_t n, int by_bytes)
 
 typedef struct names {
     char *pool;
-    size_t used;
-    uint32_t off[SHOW * FRAMES], len[SHOW * FRAMES];
+    size_t used, pool_cap;
+    uint32_t off[NAMED * FRAMES], len[NAMED * FRAMES];
 } names_t;
 
 static void got_name(void *arg, size_t i, const char *name, size_t len)
 {
     names_t *nm = arg;
-    if (!name || nm->used + len > NAME_POOL) {
+    if (!name || nm->used + len > nm->pool_cap) {
         nm->len[i] = 0;
         return;
     }
@@ -69,6 +70,20 @@ static void got_name(void *arg, size_t i, const char *name, size_t len)
     nm->off[i] = (uint32_t)nm->used;
     nm->len[i] = (uint32_t)len;
     nm->used += len;
+}
+
+/* Whether two stacks' shown frames have the same names (all named). */
+static int same_names(const names_t *nm, const leak_t *a, const leak_t *b)
+{
+    uint32_t da = a->depth < FRAMES ? a->depth : FRAMES, db = b->depth < FRAMES ? b->depth : FRAMES;
+    if (da != db) return 0;
+    for (uint32_t d = 0; d < da; d++) {
+        size_t i = a->key * FRAMES + d, j = b->key * FRAMES + d;
+        if (!nm->len[i] || nm->len[i] != nm->len[j]) return 0;
+        for (uint32_t c = 0; c < nm->len[i]; c++)
+            if (nm->pool[nm->off[i] + c] != nm->pool[nm->off[j] + c]) return 0;
+    }
+    return 1;
 }
 
 static void num(pm_buf_t *b, double v) { pm_buf_u64(b, v > 0 ? (uint64_t)(v + 0.5) : 0); }
@@ -121,13 +136,39 @@ static void report(void)
         }
     }
     sort_leaks(v, m, 1);
+    /* the largest NAMED stacks named; those whose shown frames have the
+     * same names (a loop's first call peeled off, one caller's two call
+     * sites) are one line */
+    size_t named = m < NAMED ? m : NAMED;
+    uintptr_t *pcs = (uintptr_t *)(nm->pool + NAME_POOL - NAMED * FRAMES * sizeof(uintptr_t));
+    nm->pool_cap = NAME_POOL - NAMED * FRAMES * sizeof(uintptr_t);
+    for (size_t i = 0; i < named; i++)
+        for (uint32_t d = 0; d < FRAMES; d++) pcs[i * FRAMES + d] = d < v[i].depth ? v[i].pcs[d] : 0;
+    int ok = pm_pprof_names(pcs, named * FRAMES, got_name, nm) == 0;
+    for (size_t i = 0; i < named; i++) v[i].key = i;
+    if (ok) {
+        for (size_t i = 0; i < named; i++) {
+            if (v[i].bytes < 0) continue;
+            for (size_t j = i + 1; j < named; j++)
+                if (v[j].bytes >= 0 && same_names(nm, &v[i], &v[j])) {
+                    v[i].bytes += v[j].bytes;
+                    v[i].objects += v[j].objects;
+                    v[i].var += v[j].var;
+                    if (v[i].size != v[j].size) v[i].size = 0;
+                    v[j].bytes = -1; /* merged */
+                }
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < m; i++)
+            if (v[i].bytes >= 0) v[k++] = v[i];
+        named -= m - k;
+        m = k;
+        sort_leaks(v, named, 1);
+    }
     double total = 0;
     for (size_t i = 0; i < m; i++) total += v[i].bytes;
     size_t show = m < SHOW ? m : SHOW;
-    uintptr_t pcs[SHOW * FRAMES];
-    for (size_t i = 0; i < show; i++)
-        for (uint32_t d = 0; d < FRAMES; d++) pcs[i * FRAMES + d] = d < v[i].depth ? v[i].pcs[d] : 0;
-    int named = pm_pprof_names(pcs, show * FRAMES, got_name, nm) == 0;
+    int named_ok = ok;
 
     char text[1024];
     pm_buf_t b;
@@ -138,7 +179,7 @@ static void report(void)
     } else {
         pm_buf_str(&b, "profmalloc: leaks: ");
         pm_buf_u64(&b, m);
-        pm_buf_str(&b, m == 1 ? " site holds " : " sites hold ");
+        pm_buf_str(&b, m == 1 ? " call stack holds " : " call stacks hold ");
         if (rate > 1) pm_buf_str(&b, "about ");
         num(&b, total);
         pm_buf_str(&b, " bytes at exit");
@@ -167,8 +208,8 @@ static void report(void)
         pm_buf_str(&b, " at");
         for (uint32_t d = 0; d < FRAMES && d < v[i].depth; d++) {
             pm_buf_str(&b, d ? " <- " : " ");
-            size_t k = i * FRAMES + d;
-            if (named && nm->len[k]) {
+            size_t k = v[i].key * FRAMES + d;
+            if (named_ok && nm->len[k]) {
                 char name[256];
                 size_t len = nm->len[k] < sizeof name - 1 ? nm->len[k] : sizeof name - 1;
                 for (size_t j = 0; j < len; j++) name[j] = nm->pool[nm->off[k] + j];
@@ -185,7 +226,7 @@ static void report(void)
         for (size_t i = show; i < m; i++) rest += v[i].bytes;
         pm_buf_str(&b, "profmalloc: leaks: and ");
         pm_buf_u64(&b, m - show);
-        pm_buf_str(&b, " more sites holding ");
+        pm_buf_str(&b, " more call stacks holding ");
         num(&b, rest);
         pm_buf_str(&b, " bytes (PROFMALLOC_LEAKS=path writes them all as a profile)\n");
     }

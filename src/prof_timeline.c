@@ -14,6 +14,8 @@
 #include <stdlib.h>
 
 enum { PATH_CAP = 4096, BLOCK_CAP = 128 * 1024, SITES_MAX = 64 };
+/* captures on the way up: at each 5 % rise plus this, so O(log) of them */
+#define CAPTURE_STEP ((uint64_t)64 << 10)
 
 typedef struct top_site {
     uint64_t bytes, objects, size;
@@ -34,7 +36,8 @@ static struct {
     char *block;                   /* BLOCK_CAP of formatting room */
     /* local peak: the highest live bytes since the last peak written, and
      * the top sites at the record that saw it */
-    uint64_t pk_max, pk_t, pk_live;
+    uint64_t pk_max, pk_t, pk_rec; /* pk_rec: pk_max as of the last record */
+    _Atomic uint64_t capture_at;   /* live bytes at which the sites are captured next */
     int pk_have;
     top_site_t pk_sites[SITES_MAX];
     size_t pk_n;
@@ -226,7 +229,7 @@ static void write_peak(void)
     pm_buf_str(&b, "P ");
     pm_buf_u64(&b, tl.pk_t);
     pm_buf_str(&b, " ");
-    pm_buf_u64(&b, tl.pk_live);
+    pm_buf_u64(&b, tl.pk_max);
     pm_buf_str(&b, " ");
     pm_buf_u64(&b, tl.pk_n);
     pm_buf_str(&b, "\n");
@@ -267,7 +270,8 @@ static void record(uint64_t now, int at_exit)
         if (tl.fd >= 0) pm_os_close(tl.fd);
         tl.fd = -1;
         tl.pk_have = 0;
-        tl.pk_max = 0;
+        tl.pk_max = tl.pk_rec = 0;
+        atomic_store(&tl.capture_at, 0);
         if (tl.failed || start_file() != 0) {
             if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not open the timeline");
             return;
@@ -305,12 +309,12 @@ static void record(uint64_t now, int at_exit)
     tl.last = tot;
     /* a local peak: a maximum followed by a fall of 10 %; in an interval
      * that raised the maximum, only the fall to `live` is known to come
-     * after it (test_timeline_shape_and_peaks) */
-    int raised = hi > tl.pk_max;
-    if (raised) {
-        tl.pk_max = hi;
+     * after it (test_timeline_shape_and_peaks).  Its sites were captured
+     * on the way up (pm_timeline_tick), unless none were */
+    if (hi > tl.pk_max) tl.pk_max = hi;
+    int raised = tl.pk_max > tl.pk_rec; /* the maximum rose in this interval */
+    if (raised && !tl.pk_have) {
         tl.pk_t = t;
-        tl.pk_live = hi;
         capture();
         tl.pk_have = 1;
     }
@@ -319,14 +323,32 @@ static void record(uint64_t now, int at_exit)
     if (tl.pk_have && (fall <= tl.pk_max - tl.pk_max / 10 || at_exit)) {
         write_peak();
         tl.pk_max = live; /* the next peak is a rise from here */
+        atomic_store_explicit(&tl.capture_at, live + live / 20 + CAPTURE_STEP, memory_order_relaxed);
     }
+    tl.pk_rec = tl.pk_max;
 }
 
 void pm_timeline_tick(void)
 {
     if (!tl.on) return;
-    on_max(pm_hunt_live_bytes());
+    uint64_t live = pm_hunt_live_bytes();
+    on_max(live);
     uint64_t now = pm_os_monotonic_ns();
+    /* on the way up to a peak, its sites as they are at the top (within
+     * 5 %): a spike that falls within one interval is still caught */
+    if (live >= pm_relaxed_load(&tl.capture_at) && tl.fd >= 0) {
+        int idle = 0;
+        if (atomic_compare_exchange_strong(&tl.busy, &idle, 1)) {
+            if (live >= pm_relaxed_load(&tl.capture_at)) {
+                capture();
+                tl.pk_have = 1;
+                tl.pk_t = (now - tl.start_mono) / 1000000;
+                if (live > tl.pk_max) tl.pk_max = live;
+                atomic_store_explicit(&tl.capture_at, live + live / 20 + CAPTURE_STEP, memory_order_relaxed);
+            }
+            atomic_store(&tl.busy, 0);
+        }
+    }
     if (now < pm_relaxed_load(&tl.next_ns)) return;
     int idle = 0;
     if (!atomic_compare_exchange_strong(&tl.busy, &idle, 1)) return;

@@ -196,14 +196,14 @@ static void test_leak_report_names_only_the_leak(void **state)
     const char *args[] = {"leak", NULL};
     char err[8192];
     assert_int_equal(run(env, args, err, sizeof err), 0);
-    if (!strstr(err, "leaks: 1 site holds 1228800 bytes at exit (exact"))
+    if (!strstr(err, "leaks: 1 call stack holds 1228800 bytes at exit (exact"))
         fail_msg("report:\n%s", err);
     assert_non_null(strstr(err, "1228800 bytes in 300 blocks of 4096 at leaky_function <- main"));
     assert_null(strstr(err, "tidy_function"));
     /* sampled: an estimate with its error, still only the leak */
     const char *env2[] = {"PROFMALLOC_SAMPLE_RATE=16k", "PROFMALLOC_LEAKS=1", NULL};
     assert_int_equal(run(env2, args, err, sizeof err), 0);
-    if (!strstr(err, "site holds about") || !strstr(err, " +- ") || !strstr(err, "leaky_function"))
+    if (!strstr(err, "call stack holds about") || !strstr(err, " +- ") || !strstr(err, "leaky_function"))
         fail_msg("report:\n%s", err);
     assert_null(strstr(err, "tidy_function"));
     /* a path: the profile of what is left */
