@@ -236,7 +236,7 @@ static void text_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
     pm_buf_str(b, " (");
     pm_buf_u64(b, x->mremap_bytes);
     pm_buf_str(b, " B)\n");
-    pm_buf_str(b, "  class     size    spans  in use   tcache  central frag bytes  lock waits\n");
+    pm_buf_str(b, "  class    size   spans  in use  tcache central frag bytes lock waits\n");
     for (uint64_t i = 0; i < x->nclasses; i++) {
         const profmalloc_class_stats_t *k = &x->classes[i];
         if (!k->spans && !k->thread_cache) continue;
