@@ -6,6 +6,7 @@
  * other than through the sampling countdown on the slow path.
  * glibc is the reference for every edge case (doc/design.md lists them). */
 #include "pm_internal.h"
+#include "pm_hunt.h"
 
 #include <errno.h>
 #include <string.h>
@@ -139,7 +140,10 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     } else {
         p = alloc_large(size, bytes, align_pages, zero);
     }
-    if (sampled && p) pm_alloc_sampled(t, p, size);
+    if (sampled && p) {
+        pm_alloc_sampled(t, p, size);
+        pm_hunt_tick(); /* peak copy, dump triggers, timeline */
+    }
     return p;
 }
 

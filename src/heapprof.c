@@ -331,6 +331,24 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
+/* Every sampled allocation and free with its weight, fixed point: alloc
+ * objects, alloc bytes, free objects, free bytes; and the lowest live
+ * bytes since pm_heapprof_live_low last asked (the timeline's minimum). */
+static _Atomic uint64_t totals[4], live_low = UINT64_MAX;
+
+void pm_heapprof_totals(pm_hunt_totals_t *out)
+{
+    out->alloc_objects = pm_relaxed_load(&totals[0]);
+    out->alloc_bytes = pm_relaxed_load(&totals[1]);
+    out->free_objects = pm_relaxed_load(&totals[2]);
+    out->free_bytes = pm_relaxed_load(&totals[3]);
+}
+
+uint64_t pm_heapprof_live_low(uint64_t restart)
+{
+    return atomic_exchange_explicit(&live_low, restart, memory_order_relaxed);
+}
+
 void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
 {
     if (t->in_profiler) return;
@@ -353,7 +371,8 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
-        pm_hunt_on_alloc(weight, weight * size);
+        pm_relaxed_add(&totals[0], weight);
+        pm_relaxed_add(&totals[1], weight * size);
         PM_USDT3(sample, p, size, depth);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
@@ -369,7 +388,6 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
             s->sample = r;
         }
         pm_unlock(&sh->lock);
-        pm_hunt_tick(); /* peak copies, triggers, timeline: no lock held */
     }
     errno = saved_errno;
     t->in_profiler = 0;
@@ -393,7 +411,11 @@ void pm_free_sampled(pm_span_t *s, void *p)
         record_t *r = *link;
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
         pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
-        pm_hunt_on_free(r->weight, r->weight * r->bucket->size);
+        pm_relaxed_add(&totals[2], r->weight);
+        uint64_t fb = pm_relaxed_add(&totals[3], r->weight * r->bucket->size) + r->weight * r->bucket->size;
+        uint64_t ab = pm_relaxed_load(&totals[1]), live = ab > fb ? (ab - fb) >> FX_SHIFT : 0;
+        uint64_t low = pm_relaxed_load(&live_low);
+        while (live < low && !atomic_compare_exchange_weak(&live_low, &low, live)) {}
         *link = (record_t *)r->node.next;
         r->node.next = (node_t *)sh->free_records;
         sh->free_records = r;

@@ -42,16 +42,20 @@ int pm_heapprof_dump_fd_view(int fd, int format, const pm_prof_view_t *view);
 /* Expands %p and %% of pattern into out (cap bytes); -1 when too long. */
 int pm_heapprof_expand(const char *pattern, char *out, size_t cap);
 
-/* ---- prof_peak.c: running totals, the peak and the mark --------------- */
-/* Every sampled allocation and free, with its weight (fixed point). */
-void pm_hunt_on_alloc(uint64_t objects_fx, uint64_t bytes_fx);
-void pm_hunt_on_free(uint64_t objects_fx, uint64_t bytes_fx);
-/* After each sampled allocation, with no lock held (heapprof.c). */
-void pm_hunt_tick(void);
+/* The sums of every sampled allocation's and free's weight (fixed point),
+ * and the lowest live bytes since the last call (restarting from
+ * `restart`); both cheap enough for every sample. */
 typedef struct pm_hunt_totals {
     uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes; /* fixed point */
 } pm_hunt_totals_t;
-void pm_hunt_totals(pm_hunt_totals_t *out);
+void pm_heapprof_totals(pm_hunt_totals_t *out);
+uint64_t pm_heapprof_live_low(uint64_t restart);
+
+/* ---- prof_peak.c: the peak and the mark -------------------------------- */
+/* After each sampled allocation (alloc.c), with no lock held: the peak
+ * copy, the triggers, the timeline. */
+void pm_hunt_tick(void);
+void pm_hunt_totals(pm_hunt_totals_t *out); /* pm_heapprof_totals */
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
 uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */
 /* A copy of the site table, sorted by site; mapped memory. */
@@ -77,7 +81,6 @@ void pm_leaks_at_exit(void);
 /* ---- prof_timeline.c -------------------------------------------------- */
 void pm_timeline_init(void);
 void pm_timeline_tick(void);
-void pm_timeline_on_live(uint64_t live_bytes);
 void pm_timeline_at_exit(void);
 
 /* ---- prof_gperftools.c ------------------------------------------------ */

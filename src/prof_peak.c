@@ -1,7 +1,7 @@
 /* prof_peak.c — running totals of the sampled allocations, the copy of the
  * site table at the peak of live bytes, the copy at profmalloc_mark(), and
  * the dispatch of everything that runs after a sampled allocation
- * (pm_hunt_tick: triggers, timeline, gperftools).
+ * (pm_hunt_tick, called by alloc.c: triggers, timeline, gperftools).
  * Must never: map memory, unwind or write while holding a lock; copies are
  * taken into memory mapped beforehand and swapped in under peak.lock or
  * mark.lock, which guard only a pointer swap or a memcpy (no other lock is
@@ -10,7 +10,6 @@
 
 #include <errno.h>
 
-static _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
 static _Atomic uint64_t max_estimate; /* the highest live estimate, whole bytes */
 
 typedef struct held_copy {
@@ -25,33 +24,15 @@ static held_copy_t peak = {.lock = PM_LOCK_INIT}, mark = {.lock = PM_LOCK_INIT};
 static _Atomic uint64_t next_peak_fx;
 static _Atomic int peak_busy;
 
-void pm_hunt_on_alloc(uint64_t objects_fx, uint64_t bytes_fx)
-{
-    pm_relaxed_add(&alloc_objects, objects_fx);
-    pm_relaxed_add(&alloc_bytes, bytes_fx);
-}
-
-void pm_hunt_on_free(uint64_t objects_fx, uint64_t bytes_fx)
-{
-    pm_relaxed_add(&free_objects, objects_fx);
-    pm_relaxed_add(&free_bytes, bytes_fx);
-    if (pm_options.timeline) pm_timeline_on_live(pm_hunt_live_bytes());
-}
-
-void pm_hunt_totals(pm_hunt_totals_t *out)
-{
-    out->alloc_objects = pm_relaxed_load(&alloc_objects);
-    out->alloc_bytes = pm_relaxed_load(&alloc_bytes);
-    out->free_objects = pm_relaxed_load(&free_objects);
-    out->free_bytes = pm_relaxed_load(&free_bytes);
-}
+void pm_hunt_totals(pm_hunt_totals_t *out) { pm_heapprof_totals(out); }
 
 uint64_t pm_hunt_peak_live(void) { return pm_relaxed_load(&max_estimate); }
 
 uint64_t pm_hunt_live_bytes(void)
 {
-    uint64_t a = pm_relaxed_load(&alloc_bytes), f = pm_relaxed_load(&free_bytes);
-    return a > f ? (a - f) >> PM_FX_SHIFT : 0;
+    pm_hunt_totals_t t;
+    pm_heapprof_totals(&t);
+    return t.alloc_bytes > t.free_bytes ? (t.alloc_bytes - t.free_bytes) >> PM_FX_SHIFT : 0;
 }
 
 /* ---- copies of the site table ----------------------------------------- */
@@ -186,7 +167,15 @@ void pm_hunt_init(void)
 
 void pm_hunt_tick(void)
 {
-    uint64_t a = pm_relaxed_load(&alloc_bytes), f = pm_relaxed_load(&free_bytes);
+    /* what it calls allocates nothing; the flag keeps a signal handler's
+     * malloc meanwhile from sampling into a half-done tick */
+    pm_tcache_t *t = &pm_tls;
+    if (t->in_profiler) return;
+    t->in_profiler = 1;
+    int saved_errno = errno;
+    pm_hunt_totals_t tot;
+    pm_heapprof_totals(&tot);
+    uint64_t a = tot.alloc_bytes, f = tot.free_bytes;
     uint64_t live_fx = a > f ? a - f : 0, live = live_fx >> PM_FX_SHIFT;
     uint64_t m = pm_relaxed_load(&max_estimate);
     while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
@@ -194,6 +183,8 @@ void pm_hunt_tick(void)
     if (hunting_timeline) pm_timeline_tick();
     if (hunting_triggers) pm_triggers_tick(a >> PM_FX_SHIFT, live);
     if (hunting_gperf) pm_gperf_tick(a >> PM_FX_SHIFT, live);
+    errno = saved_errno;
+    t->in_profiler = 0;
 }
 
 /* ---- the public calls -------------------------------------------------- */

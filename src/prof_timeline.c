@@ -26,7 +26,7 @@ static struct {
     int on;
     _Atomic int busy;
     _Atomic uint64_t next_ns;      /* monotonic time of the next record */
-    _Atomic uint64_t iv_max, iv_min;
+    _Atomic uint64_t iv_max;       /* the minimum: pm_heapprof_live_low */
     /* the writer's (under busy) */
     int fd;
     int pid;
@@ -49,13 +49,6 @@ void pm_timeline_init(void)
     tl.on = pm_options.timeline != NULL;
     tl.start_mono = pm_os_monotonic_ns();
     tl.start_real = pm_os_now_ns();
-    atomic_store(&tl.iv_min, UINT64_MAX);
-}
-
-void pm_timeline_on_live(uint64_t live)
-{
-    uint64_t m = pm_relaxed_load(&tl.iv_min);
-    while (live < m && !atomic_compare_exchange_weak(&tl.iv_min, &m, live)) {}
 }
 
 static void on_max(uint64_t live)
@@ -278,7 +271,7 @@ static void record(uint64_t now, int at_exit)
         }
     }
     uint64_t live = pm_hunt_live_bytes();
-    uint64_t hi = atomic_exchange(&tl.iv_max, live), lo = atomic_exchange(&tl.iv_min, live);
+    uint64_t hi = atomic_exchange(&tl.iv_max, live), lo = pm_heapprof_live_low(live);
     if (hi < live) hi = live;
     if (lo > live) lo = live;
     pm_hunt_totals_t tot;

@@ -145,6 +145,13 @@ int main(int argc, char **argv)
         } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
         return 0;
     }
+    if (!strcmp(mode, "ticks")) { /* argv[2] rounds of 64 KiB, each longer than 1 ms */
+        for (int i = 0, n = atoi(argv[2]); i < n; i++) {
+            churn_site(64 << 10);
+            nap_ms(2);
+        }
+        return 0;
+    }
     if (!strcmp(mode, "ramps")) { /* two growth-then-release shapes: 8 MB then 16 MB */
         if (argc > 2) { /* ramp_site's address, for the peaks' top site */
             int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
