@@ -74,6 +74,7 @@ void pm_hunt_unlock_all(int child);
 void pm_triggers_init(void);
 void pm_triggers_tick(uint64_t alloc_bytes, uint64_t live_bytes);
 void pm_triggers_at_exit(void);
+void pm_triggers_child(void); /* after fork, in the child: no dump is under way */
 
 /* ---- prof_leaks.c ----------------------------------------------------- */
 void pm_leaks_at_exit(void);
@@ -82,10 +83,12 @@ void pm_leaks_at_exit(void);
 void pm_timeline_init(void);
 void pm_timeline_tick(void);
 void pm_timeline_at_exit(void);
+void pm_timeline_child(void);
 
 /* ---- prof_gperftools.c ------------------------------------------------ */
 void pm_gperf_init(void);
 void pm_gperf_tick(uint64_t alloc_bytes, uint64_t live_bytes);
 void pm_gperf_at_exit(void);
+void pm_gperf_child(void);
 
 #endif

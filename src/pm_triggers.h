@@ -15,6 +15,7 @@ typedef struct pm_trigger {
     /* state, changed only by the thread holding `busy` */
     uint64_t next_bytes, next_inuse, next_ns;
     uint64_t last_alloc, high_water;
+    uint64_t signals_seen;                       /* the signal's count acted on */
     int complained;
     _Atomic int busy, armed;
 } pm_trigger_t;

@@ -71,6 +71,8 @@ void pm_gperf_init(void)
 
 void pm_gperf_tick(uint64_t alloc_bytes, uint64_t live_bytes) { pm_trigger_check(&gp, alloc_bytes, live_bytes); }
 
+void pm_gperf_child(void) { atomic_store(&gp.busy, 0); }
+
 void pm_gperf_at_exit(void)
 {
     if (atomic_load(&gp.armed)) gp_fire(&gp, "exit");

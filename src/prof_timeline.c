@@ -114,10 +114,12 @@ static void mappings(pm_buf_t *b)
     pm_os_close(fd);
 }
 
-/* Opens a new file at tl.path (truncating) and writes its header. */
-static int open_file(void)
+/* Opens the file at tl.path and writes its header: emptied first, except
+ * in a forked child, which appends to a path without %p (its records
+ * follow its own header; test_timeline_in_forked_child). */
+static int open_file(int truncate)
 {
-    tl.fd = pm_os_open(tl.path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    tl.fd = pm_os_open(tl.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644);
     if (tl.fd < 0) return -1;
     pm_buf_t b;
     pm_buf_init(&b, tl.block, BLOCK_CAP, -1);
@@ -157,10 +159,10 @@ static int rotate(void)
         }
     }
     tl.part++;
-    return open_file();
+    return open_file(1);
 }
 
-static int start_file(void)
+static int start_file(int truncate)
 {
     if (!tl.path) {
         char *mem = pm_os_map(PATH_CAP + BLOCK_CAP, 0);
@@ -174,7 +176,7 @@ static int start_file(void)
         errno = ENAMETOOLONG;
         return -1;
     }
-    return open_file();
+    return open_file(truncate);
 }
 
 /* Appends text[0..len) as one write, rotating first when it would pass the
@@ -260,12 +262,13 @@ static void write_peak(void)
 static void record(uint64_t now, int at_exit)
 {
     if (tl.fd < 0 || tl.pid != (int)pm_os_getpid()) { /* first, or a forked child */
-        if (tl.fd >= 0) pm_os_close(tl.fd);
+        int child = tl.fd >= 0;
+        if (child) pm_os_close(tl.fd);
         tl.fd = -1;
         tl.pk_have = 0;
         tl.pk_max = tl.pk_rec = 0;
         atomic_store(&tl.capture_at, 0);
-        if (tl.failed || start_file() != 0) {
+        if (tl.failed || start_file(!child) != 0) {
             if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not open the timeline");
             return;
         }
@@ -351,6 +354,10 @@ void pm_timeline_tick(void)
     }
     atomic_store(&tl.busy, 0);
 }
+
+/* In a forked child: a record the parent's other thread was writing is
+ * not the child's to finish. */
+void pm_timeline_child(void) { atomic_store(&tl.busy, 0); }
 
 void pm_timeline_at_exit(void)
 {

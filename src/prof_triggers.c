@@ -13,11 +13,13 @@
 #include <errno.h>
 #include <signal.h>
 
-static _Atomic int pending[65]; /* signals received, by number */
+/* Signals received, counted by number: each trigger set keeps the count it
+ * last acted on, so two sets on one signal both see it. */
+static _Atomic uint64_t received[65];
 
 static void on_signal(int sig)
 {
-    if (sig > 0 && sig < 65) atomic_store_explicit(&pending[sig], 1, memory_order_relaxed);
+    if (sig > 0 && sig < 65) atomic_fetch_add_explicit(&received[sig], 1, memory_order_relaxed);
 }
 
 int pm_trigger_watch_signal(int sig)
@@ -36,14 +38,23 @@ void pm_trigger_arm(pm_trigger_t *t)
     if (t->every_bytes) t->next_bytes = t->every_bytes;
     if (t->every_inuse) t->next_inuse = t->every_inuse;
     t->next_ns = t->every_ns ? pm_os_monotonic_ns() + t->every_ns : 0;
-    if (t->signal) pm_trigger_watch_signal(t->signal);
+    if (t->signal) {
+        t->signals_seen = atomic_load(&received[t->signal]);
+        pm_trigger_watch_signal(t->signal);
+    }
     atomic_store(&t->armed, 1);
 }
 
 /* Which trigger has fired (advancing it), or NULL. */
 static const char *due(pm_trigger_t *t, uint64_t alloc, uint64_t live)
 {
-    if (t->signal && atomic_exchange_explicit(&pending[t->signal], 0, memory_order_relaxed)) return "signal";
+    if (t->signal) {
+        uint64_t n = atomic_load_explicit(&received[t->signal], memory_order_relaxed);
+        if (n != t->signals_seen) {
+            t->signals_seen = n;
+            return "signal";
+        }
+    }
     if (t->gperftools) { /* gperftools' own rule: one last-dump point for all */
         const char *why = NULL;
         if (t->every_bytes && alloc >= t->last_alloc + t->every_bytes) why = "bytes";
@@ -73,7 +84,7 @@ void pm_trigger_check(pm_trigger_t *t, uint64_t alloc, uint64_t live)
 {
     if (!atomic_load_explicit(&t->armed, memory_order_relaxed)) return;
     /* a look without the flag first: most samples fire nothing */
-    int maybe = (t->signal && atomic_load_explicit(&pending[t->signal], memory_order_relaxed)) ||
+    int maybe = (t->signal && atomic_load_explicit(&received[t->signal], memory_order_relaxed) != t->signals_seen) ||
                 (t->every_bytes && alloc >= (t->gperftools ? t->last_alloc + t->every_bytes : t->next_bytes)) ||
                 (t->every_inuse && (t->gperftools ? live > t->high_water + t->every_inuse : live >= t->next_inuse)) ||
                 t->every_ns;
@@ -135,5 +146,7 @@ void pm_triggers_init(void)
     own.fire = own_fire;
     if (own.every_bytes || own.every_inuse || own.every_ns || own.signal) pm_trigger_arm(&own);
 }
+
+void pm_triggers_child(void) { atomic_store(&own.busy, 0); }
 
 void pm_triggers_tick(uint64_t alloc_bytes, uint64_t live_bytes) { pm_trigger_check(&own, alloc_bytes, live_bytes); }

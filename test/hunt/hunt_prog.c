@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "profmalloc.h"
@@ -144,6 +145,15 @@ int main(int argc, char **argv)
             clock_gettime(CLOCK_MONOTONIC, &t);
         } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
         return 0;
+    }
+    if (!strcmp(mode, "fork")) { /* a child allocates for 200 ms, then the parent */
+        for (int i = 0; i < 20; i++) churn_site(64 << 10), nap_ms(5);
+        pid_t pid = fork();
+        if (pid < 0) return 3;
+        for (int i = 0; i < 40; i++) churn_site(64 << 10), nap_ms(5);
+        if (pid == 0) _exit(0); /* the child writes no exit record */
+        int st;
+        return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 4;
     }
     if (!strcmp(mode, "ticks")) { /* argv[2] rounds of 64 KiB, each longer than 1 ms */
         for (int i = 0, n = atoi(argv[2]); i < n; i++) {

@@ -247,6 +247,13 @@ static void test_dump_on_signal(void **state)
     const char *args[] = {"signal", "3", NULL};
     assert_int_equal(run(env, args, NULL, 0), 0);
     assert_int_equal(count_files(".signal.pb.gz"), 3);
+    /* gperftools' signal on the same one: both see each */
+    clean_work();
+    const char *env2[] = {"PROFMALLOC_DUMP_SIGNAL=USR2", "PROFMALLOC_DUMP_PREFIX=sig", "HEAPPROFILE=hs",
+                          "HEAPPROFILESIGNAL=12", NULL};
+    assert_int_equal(run(env2, args, NULL, 0), 0);
+    assert_int_equal(count_files(".signal.pb.gz"), 3);
+    assert_int_equal(count_files(".heap"), 3 + 1); /* and the one at exit */
 }
 
 static void test_dump_every_seconds(void **state)
@@ -503,6 +510,36 @@ static void test_timeline_rotates(void **state)
     assert_int_equal(access(in_work("rot.tl.2"), F_OK), -1);
 }
 
+static void test_timeline_in_forked_child(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=4k", "PROFMALLOC_TIMELINE=fk.%p", "PROFMALLOC_TIMELINE_INTERVAL=10",
+                         NULL};
+    const char *args[] = {"fork", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    /* one file per process, each its own, with its records */
+    DIR *d = opendir(g_work);
+    int files = 0, ended = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, "fk.", 3)) continue;
+        files++;
+        static profmalloc_timeline_point_t v[10000];
+        long n = read_timeline(in_work(e->d_name), v, 10000);
+        assert_true(n >= 5);
+        ended += v[n - 1].kind == 'Z';
+        size_t len;
+        char *text = (char *)slurp(in_work(e->d_name), &len);
+        char want[64];
+        snprintf(want, sizeof want, " pid=%s ", e->d_name + 3);
+        assert_non_null(strstr(text, want));
+        free(text);
+    }
+    closedir(d);
+    assert_int_equal(files, 2);
+    assert_int_equal(ended, 1); /* the parent's; the child left with _exit */
+}
+
 /* ---- allocator statistics and probes ---------------------------------- */
 
 static profmalloc_stats_ex_t *stats_now(void)
@@ -728,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_timeline_shape_and_peaks),
         cmocka_unit_test(test_timeline_survives_sigkill),
         cmocka_unit_test(test_timeline_rotates),
+        cmocka_unit_test(test_timeline_in_forked_child),
         cmocka_unit_test(test_stats_move_with_allocations),
         cmocka_unit_test(test_lock_waits_rise_under_two_threads),
         cmocka_unit_test(test_stats_print_and_malloc_info),
