@@ -24,6 +24,15 @@
  *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
  *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen keeps RTLD_DEEPBIND (by default the
  *                            library's dlopen drops it: profmalloc(3) NOTES)
+ *   PROFMALLOC_DUMP_PEAK     the profile at the peak of live bytes, at exit
+ *   PROFMALLOC_LEAKS         1: the call stacks still holding memory at exit,
+ *                            on stderr; a path: their profile
+ *   PROFMALLOC_DUMP_EVERY_BYTES, _EVERY_INUSE, _EVERY_SECONDS, _SIGNAL,
+ *   PROFMALLOC_DUMP_PREFIX   numbered dumps on a trigger
+ *   PROFMALLOC_TIMELINE (_INTERVAL, _MAX, _KEEP, _SITES)  a log of live
+ *                            bytes and of the sites at each local peak
+ *   HEAPPROFILE and gperftools' HEAP_PROFILE_* variables, as gperftools
+ *                            reads them
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H
