@@ -41,8 +41,8 @@ typedef struct stack {
 
 /* Weights are fixed point with FX_SHIFT fraction bits, so the counters can
  * be atomics (at rate 1 every weight is exactly 1 << FX_SHIFT). */
-#define FX_SHIFT 8
-#define FX_ONE ((uint64_t)1 << FX_SHIFT)
+#define FX_SHIFT PM_WEIGHT_SHIFT
+#define FX_ONE PM_WEIGHT_ONE
 
 /* One (stack, requested size) pair: pprof's "bytes" label is exact.
  * alloc_* >= free_* for each of objects and bytes, in fixed point. */
@@ -329,7 +329,7 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -339,11 +339,6 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
-    uint64_t rate = t->sample_rate, weight = FX_ONE;
-    if (rate > 1) {
-        double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
-        weight = prob > 0 ? (uint64_t)((double)FX_ONE / prob + 0.5) : FX_ONE;
-    }
     bucket_t *b = bucket_for(t, raw + skip, depth, size);
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
@@ -830,23 +825,4 @@ void pm_heapprof_at_exit(void)
     msg[m.len] = 0;
     pm_os_message(msg);
     pm_os_unmap(path, PATH_CAP + MSG_CAP);
-}
-
-PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
-{
-    pm_init();
-    if (bytes > INT64_MAX) bytes = INT64_MAX; /* the profile's period is signed */
-    pm_sampler_set_rate(bytes);
-    /* the calling thread switches at once; others at their next slow path */
-    pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_ACTIVE) {
-        t->sample_rate = bytes;
-        t->countdown = pm_sampler_next(&t->rng, bytes);
-    }
-}
-
-PM_EXPORT size_t profmalloc_get_sample_rate(void)
-{
-    pm_init();
-    return (size_t)pm_sampler_rate();
 }

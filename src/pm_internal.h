@@ -192,24 +192,57 @@ void pm_tcache_steal_work(uint64_t *walks, uint64_t *visits);
 void pm_tcache_lock_all(void);
 void pm_tcache_unlock_all(int child);
 
-/* ---- sampler.c ------------------------------------------------------- */
-/* -ln(u) for u in (0, 1], without libm. */
-double pm_sampler_neg_log(double u);
-/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
- * 1, PM_TICK_BYTES when 0 (no sample then: the countdown's expiry only
- * runs the page heap's tick, as it does at every sample point). */
+/* ---- prof_sampler.c: when to sample (the profiler's entry) ----------- */
+#define PM_SAMPLE_RATE_DEFAULT ((uint64_t)512 * 1024)
+/* A sample's weight, fixed point: how many blocks it stands for. */
+#define PM_WEIGHT_SHIFT 8
+#define PM_WEIGHT_ONE ((uint64_t)1 << PM_WEIGHT_SHIFT)
+/* With no sampling (rate 0) the countdown still expires every
+ * PM_TICK_BYTES: it is the page heap's clock (pm_pageheap_tick). */
 #define PM_TICK_BYTES ((int64_t)4 << 20)
+/* pm_sampler_record's answer at such an expiry. */
+#define PM_SAMPLE_TICK UINT64_MAX
+uint64_t pm_sampler_rate(void);            /* the process-wide rate */
+void pm_sampler_set_rate(uint64_t rate);   /* clamped to INT64_MAX */
+void pm_sampler_thread_start(pm_sampler_t *s);
+void pm_sampler_redraw(pm_sampler_t *s);   /* at once to the process rate */
+/* The weight of a sample of size bytes at s's rate. */
+uint64_t pm_sampler_weight(const pm_sampler_t *s, size_t size);
+/* The countdown expired or the rate changed: pm_sampler_record's rest. */
+uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size);
+/* The slow path (tcmalloc's Sampler::RecordAllocation): charges size
+ * bytes and returns 0 while the countdown lasts; at its expiry draws the
+ * next gap and returns this allocation's weight (PM_WEIGHT_ONE per
+ * block), or PM_SAMPLE_TICK at rate 0.  Picks up a changed rate. */
+PM_INLINE uint64_t pm_sampler_record(pm_sampler_t *s, size_t size)
+{
+    if (PM_LIKELY(s->rate == pm_sampler_rate()) && PM_LIKELY(s->countdown >= (int64_t)size)) {
+        s->countdown -= (int64_t)size;
+        return 0;
+    }
+    return pm_sampler_record_slow(s, size);
+}
+/* malloc's fast path: takes size off the countdown; nonzero while it lasts. */
+PM_INLINE int pm_sampler_charge(pm_sampler_t *s, size_t size)
+{
+    s->countdown -= (int64_t)size;
+    return s->countdown >= 0;
+}
+/* Gives back a charge the fast path made before falling to the slow path. */
+PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown += (int64_t)size; }
+/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
+ * 1, PM_TICK_BYTES when 0. */
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
 uint64_t pm_sampler_seed(void);
-/* The chance that an allocation of x = size/rate means is sampled:
- * 1 - exp(-x), without libm. */
+/* -ln(u) for u in (0, 1], without libm. */
+double pm_sampler_neg_log(double u);
+/* 1 - exp(-x) for x >= 0, without libm: the chance that an allocation of
+ * x = size/rate means is sampled. */
 double pm_sampler_prob(double x);
 
 /* ---- heapprof.c: the sampled-site table (slow path only) ------------- */
-uint64_t pm_sampler_rate(void);
-void pm_sampler_set_rate(uint64_t rate);
-/* p (size bytes) was just allocated at a sample point. */
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size);
+/* p (size bytes) was just allocated at a sample point of this weight. */
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
 void pm_free_sampled(pm_span_t *s, void *p);
 PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
@@ -282,8 +315,8 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
     void *p = l->head;
     /* charged first, in one read-modify-write: the slow path knows */
-    t->countdown -= (int64_t)size;
-    if (PM_LIKELY(p != NULL && t->countdown >= 0)) {
+    int lasts = pm_sampler_charge(&t->sampler, size);
+    if (PM_LIKELY(p != NULL && lasts)) {
         void *next = *(void **)p;
         l->head = next;
         l->len--;

@@ -2750,17 +2750,17 @@ static void *charge_thread(void *arg)
     void *p0 = pm_malloc(64); /* sets the thread up */
     unsigned cls = pm_sizeclass_of(4000);
     assert_null(pm_tls.list[cls].head);
-    int64_t c0 = pm_tls.countdown;
+    int64_t c0 = pm_tls.sampler.countdown;
     void *p1 = pm_malloc(4000); /* empty list: the slow path */
-    int64_t c1 = pm_tls.countdown;
+    int64_t c1 = pm_tls.sampler.countdown;
     r->len_before_fast = pm_tls.list[cls].len;
     void *p2 = pm_malloc(4000); /* the fast path */
     r->len_after_fast = pm_tls.list[cls].len;
-    int64_t c2 = pm_tls.countdown;
+    int64_t c2 = pm_tls.sampler.countdown;
     void *p3 = pm_malloc(300000);
-    int64_t c3 = pm_tls.countdown;
+    int64_t c3 = pm_tls.sampler.countdown;
     void *p4 = pm_calloc(1, 100);
-    int64_t c4 = pm_tls.countdown;
+    int64_t c4 = pm_tls.sampler.countdown;
     r->fresh_slow = c0 - c1;
     r->fast = c1 - c2;
     r->large = c2 - c3;

@@ -1,8 +1,11 @@
-/* sampler.c — exponential gaps between sample points over allocated
- * bytes (a Poisson process with mean `rate` bytes), so an allocation of
- * s bytes is sampled with probability 1 - exp(-s/rate).
- * Owns: -ln(u) without libm and the per-thread xorshift generator.
- * Must never: allocate or lock.  State lives in the caller's tcache. */
+/* prof_sampler.c — when to sample: exponential gaps between sample points
+ * over allocated bytes (a Poisson process with mean `rate` bytes), so an
+ * allocation of s bytes is sampled with probability 1 - exp(-s/rate).
+ * Owns: the process-wide rate and its default, a thread's pm_sampler_t
+ * (countdown, random state, the rate it was drawn with: its start, its
+ * slow path and a rate change), a sample's weight, -ln(u) and 1 - e^-x.
+ * Must never: allocate, lock or reach the site table (alloc.c hands a
+ * sample on).  The fast path's charge is inline (pm_internal.h). */
 #include "pm_internal.h"
 
 /* ln(x) for x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), then
@@ -55,10 +58,66 @@ uint64_t pm_sampler_seed(void)
 }
 
 /* The process-wide rate; threads notice a change at their next slow path. */
-static _Atomic uint64_t rate_now = 512 * 1024;
+static _Atomic uint64_t rate_now = PM_SAMPLE_RATE_DEFAULT;
 
 uint64_t pm_sampler_rate(void) { return pm_relaxed_load(&rate_now); }
-void pm_sampler_set_rate(uint64_t rate) { pm_relaxed_store(&rate_now, rate); }
+void pm_sampler_set_rate(uint64_t rate)
+{
+    if (rate > INT64_MAX) rate = INT64_MAX; /* the profile's period is signed */
+    pm_relaxed_store(&rate_now, rate);
+}
+
+void pm_sampler_thread_start(pm_sampler_t *s)
+{
+    s->rate = pm_sampler_rate();
+    s->rng = pm_sampler_seed();
+    s->countdown = pm_sampler_next(&s->rng, s->rate);
+}
+
+void pm_sampler_redraw(pm_sampler_t *s)
+{
+    s->rate = pm_sampler_rate();
+    s->countdown = pm_sampler_next(&s->rng, s->rate);
+}
+
+/* A block of size bytes sampled at mean rate R stands for 1/p blocks,
+ * p = 1 - e^(-size/R): unbiased estimates (weight exactly one at R = 1). */
+static uint64_t weight_of(size_t size, uint64_t rate)
+{
+    if (rate <= 1) return PM_WEIGHT_ONE;
+    double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
+    return prob > 0 ? (uint64_t)((double)PM_WEIGHT_ONE / prob + 0.5) : PM_WEIGHT_ONE;
+}
+
+uint64_t pm_sampler_weight(const pm_sampler_t *s, size_t size) { return weight_of(size, s->rate); }
+
+uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size)
+{
+    uint64_t rate = pm_sampler_rate();
+    if (PM_UNLIKELY(s->rate != rate)) {
+        s->rate = rate;
+        s->countdown = pm_sampler_next(&s->rng, rate);
+    }
+    s->countdown -= (int64_t)size;
+    if (PM_LIKELY(s->countdown >= 0)) return 0;
+    s->countdown = pm_sampler_next(&s->rng, rate);
+    return rate ? weight_of(size, rate) : PM_SAMPLE_TICK;
+}
+
+PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
+{
+    pm_init();
+    pm_sampler_set_rate(bytes);
+    /* the calling thread switches at once; others at their next slow path */
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) pm_sampler_redraw(&t->sampler);
+}
+
+PM_EXPORT size_t profmalloc_get_sample_rate(void)
+{
+    pm_init();
+    return (size_t)pm_sampler_rate();
+}
 
 /* 1 - exp(-x) for x >= 0, accurate also for tiny x (no cancellation). */
 double pm_sampler_prob(double x)
