@@ -13,7 +13,7 @@
  * malloc (everything comes from meta.c or pm_os_map). */
 #include "pm_internal.h"
 #include "pm_pprof.h"
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -98,9 +98,9 @@ static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[mix(s-
 void pm_heapprof_init(void)
 {
     prof.start_ns = pm_os_now_ns();
-    pm_stacktrace_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+    pm_unwind_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
     /* return addresses into the allocator lie in (begin, end] */
-    pm_stacktrace_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
+    pm_unwind_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
 }
 
 /* Live sampled blocks: the records of every shard (read without locks). */
@@ -335,7 +335,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 1;
     int saved_errno = errno;
     uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
-    int n = pm_stacktrace_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
+    int n = pm_unwind_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);

@@ -9,7 +9,7 @@
  * order of doc/design.md; parent and child release them (the child by
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 #include "pm_pprof.h"
 
 #include <pthread.h>
@@ -92,7 +92,7 @@ static void check_interposed(void)
 __attribute__((constructor(101))) static void init_at_load(void)
 {
     pm_init();
-    pm_stacktrace_pin_loaded();
+    pm_objects_pin_loaded();
     check_interposed();
 }
 
