@@ -10,7 +10,7 @@
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
 #include "pm_prof_unwind.h"
-#include "pm_pprof.h"
+#include "pm_prof_pprof.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ static void fork_prepare(void)
 {
     pm_pprof_lock_all();
     pm_tcache_lock_all();
-    pm_heapprof_lock_all();
+    pm_sites_lock_all();
     pm_central_lock_all();
     pm_pageheap_lock_all();
     pm_meta_lock_all();
@@ -33,7 +33,8 @@ static void fork_release(int child)
     pm_meta_unlock_all(child);
     pm_pageheap_unlock_all(child);
     pm_central_unlock_all(child);
-    pm_heapprof_unlock_all(child);
+    pm_dump_unlock_all(child);
+    pm_sites_unlock_all(child);
     pm_tcache_unlock_all(child);
     pm_pprof_unlock_all(child);
 }
@@ -49,7 +50,7 @@ void pm_init_slow(void)
         pm_sampler_set_rate(pm_options.sample_rate);
         pm_sizeclass_init();
         pm_tcache_init();
-        pm_heapprof_init();
+        pm_sites_init();
         atomic_store_explicit(&pm_init_state, 2, memory_order_release);
         if (!atomic_exchange(&atfork_registered, 1))
             pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -98,5 +99,5 @@ __attribute__((constructor(101))) static void init_at_load(void)
 
 __attribute__((destructor)) static void at_exit(void)
 {
-    if (atomic_load(&pm_init_state) == 2) pm_heapprof_at_exit();
+    if (atomic_load(&pm_init_state) == 2) pm_dump_at_exit();
 }

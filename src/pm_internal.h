@@ -240,7 +240,7 @@ double pm_sampler_neg_log(double u);
  * x = size/rate means is sampled. */
 double pm_sampler_prob(double x);
 
-/* ---- heapprof.c: the sampled-site table (slow path only) ------------- */
+/* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
 /* p (size bytes) was just allocated at a sample point of this weight. */
 void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
@@ -252,11 +252,14 @@ PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
     return (__atomic_load_n(&pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) &
             PM_SAMPLED_PAGE) != 0;
 }
-void pm_heapprof_init(void);
-void pm_heapprof_at_exit(void);
-uint64_t pm_heapprof_live_samples(void);
-void pm_heapprof_lock_all(void);
-void pm_heapprof_unlock_all(int child);
+void pm_sites_init(void);
+uint64_t pm_sites_live_samples(void);
+void pm_sites_lock_all(void);
+void pm_sites_unlock_all(int child);
+
+/* ---- prof_dump.c: the dump API, where profiles go (the profiler's top) - */
+void pm_dump_at_exit(void);            /* PROFMALLOC_DUMP */
+void pm_dump_unlock_all(int child);    /* a fork child resets the dump locks */
 
 /* ---- alloc.c: the malloc family, fast paths inline below ------------- */
 void *pm_alloc_slow(size_t size);

@@ -12,7 +12,7 @@
 #endif
 #include "pm.h"
 #include "pm_os.h"
-#include "pm_pprof.h"
+#include "pm_prof_pprof.h"
 
 #include <elf.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 # object, which the test loads and deletes to exercise in-memory .dynsym.
 
 PPROF_TEST_SRCS := test/unit/test_pprof.c src/pprof.c src/os_linux.c
-PPROF_TEST_HDRS := src/pm_pprof.h src/pm_prof_types.h src/pm_os.h src/pm.h \
+PPROF_TEST_HDRS := src/pm_prof_pprof.h src/pm_prof_types.h src/pm_os.h src/pm.h \
                    include/profmalloc.h
 
 $(BUILD)/test/test_pprof: $(PPROF_TEST_SRCS) $(PPROF_TEST_HDRS)

@@ -48,7 +48,7 @@ __attribute__((visibility("default"), noinline)) uintptr_t pprof_fixture_site(vo
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pm_pprof.h"
+#include "pm_prof_pprof.h"
 #include "profile_reader.h"
 
 /* ---- call sites whose return addresses make the stacks ---------------- */

@@ -1,12 +1,12 @@
-/* pm_pprof.h — the profile writers (pprof.c): a heap snapshot formatted as
+/* pm_prof_pprof.h — the profile writers (pprof.c): a heap snapshot formatted as
  * pprof profile.proto (gzip container, Go's heap layout) or as gperftools'
  * legacy heap text.  Never allocates with malloc.  Its one lock, phdr_lock,
  * is held across dl_iterate_phdr (whose loader lock a fork child would
  * otherwise inherit held, so its own dump hung): the fork handler takes it
  * first of all.  Call it after every allocator and profiler lock is
  * dropped. */
-#ifndef PM_PPROF_H
-#define PM_PPROF_H
+#ifndef PM_PROF_PPROF_H
+#define PM_PROF_PPROF_H
 
 #include "pm_prof_types.h"
 
