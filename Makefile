@@ -39,7 +39,7 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # alloc; the profiler beside it; override.c (the libc names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/prof_sampler.c \
-	src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c src/prof_sites.c src/pprof.c src/stats.c src/prof_dump.c src/alloc.c src/init.c
+	src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/stats.c src/prof_dump.c src/alloc.c src/init.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
@@ -66,7 +66,7 @@ all: $(PM_SO) $(PM_A)
 # unwinder: 82.5 -> 67.5 KB of text in all.  The unwinder at -Os costs 1.2 %
 # more instructions when every allocation is sampled, nothing at the default
 # rate; prof_sites.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
-COLD_OBJS := $(OBJ)/pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
+COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o
 $(COLD_OBJS): PM_CFLAGS += -Os

@@ -10,7 +10,7 @@
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
 #include "pm_prof_unwind.h"
-#include "pm_prof_pprof.h"
+#include "pm_prof_symbols.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static _Atomic int atfork_registered;
 
 static void fork_prepare(void)
 {
-    pm_pprof_lock_all();
+    pm_symbols_lock_all();
     pm_tcache_lock_all();
     pm_sites_lock_all();
     pm_central_lock_all();
@@ -36,7 +36,7 @@ static void fork_release(int child)
     pm_dump_unlock_all(child);
     pm_sites_unlock_all(child);
     pm_tcache_unlock_all(child);
-    pm_pprof_unlock_all(child);
+    pm_symbols_unlock_all(child);
 }
 
 static void fork_parent(void) { fork_release(0); }

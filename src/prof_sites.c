@@ -81,16 +81,7 @@ static struct {
     shard_t shards[SHARDS];
 } prof = {.lock = PM_LOCK_INIT};
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[mix(s->page) >> 60]; }
+static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
 
 void pm_sites_init(void)
 {
@@ -253,8 +244,8 @@ static void *arena_take_locked(size_t bytes)
 
 static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
 {
-    uint64_t h = mix(depth);
-    for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
+    uint64_t h = pm_mix64(depth);
+    for (uint32_t i = 0; i < depth; i++) h = pm_mix64(h ^ pcs[i]);
     return h;
 }
 
@@ -272,7 +263,7 @@ static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint3
  * computed before the lock. */
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = mix(sh ^ mix(size));
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
     if (same_site(*cached, bh, pcs, depth, size)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
@@ -314,7 +305,7 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
 static record_t **find_locked(shard_t *sh, uintptr_t key)
 {
     if (!sh->records.nheads) return NULL;
-    node_t **link = &sh->records.heads[mix(key) & (sh->records.nheads - 1)];
+    node_t **link = &sh->records.heads[pm_mix64(key) & (sh->records.nheads - 1)];
     while (*link && ((record_t *)*link)->key != key) link = &(*link)->next;
     return (record_t **)link;
 }
@@ -345,7 +336,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
         pm_relaxed_add(&b->alloc_bytes, weight * size);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
-        *r = (record_t){.node.hash = mix((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
         table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {

@@ -501,24 +501,6 @@ void pm_cfi_rule_from_fde(uintptr_t pc, const pm_cfi_fde_t *fp, uintptr_t dbase,
 }
 
 
-static uint64_t hash_bytes(const uint8_t *p, const uint8_t *end, uint64_t h)
-{
-    size_t n = (size_t)(end - p);
-    h ^= (uint64_t)n * 0x9e3779b97f4a7c15ull;
-    uint64_t w;
-    for (; end - p > 8; p += 8) {
-        __builtin_memcpy(&w, p, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 29;
-    }
-    if (n >= 8) { /* the last 8 bytes, overlapping the words before */
-        __builtin_memcpy(&w, end - 8, 8);
-        return ((h ^ w) * 0xff51afd7ed558ccdull) ^ (h >> 31);
-    }
-    for (; p < end; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return h;
-}
-
 /* The CIE's first 8 bytes after its id are its version and augmentation:
  * the CIE is shared and rarely the only thing that changed. */
 uint64_t pm_cfi_record_identity(const uint8_t *fde)
@@ -535,7 +517,7 @@ uint64_t pm_cfi_record_identity(const uint8_t *fde)
     if (!cie_end) return 0;
     uint64_t head;
     __builtin_memcpy(&head, c.p + (cie64 ? 8 : 4), 8);
-    return hash_bytes(fde, end, (uint64_t)(cie_end - cie) << 32 ^ head) | 1;
+    return pm_hash_bytes(fde, (size_t)(end - fde), (uint64_t)(cie_end - cie) << 32 ^ head) | 1;
 }
 
 
