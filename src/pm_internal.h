@@ -8,30 +8,14 @@
 #include "pm.h"
 #include "pm_os.h"
 #include "pm_types.h"
+#include "pm_fmt.h"
+#include "pm_math.h"
 #include "../include/profmalloc.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- fmt.c: allocation-free formatting and parsing ------------------- */
-/* A bounded text buffer that flushes to a file descriptor when full. */
-typedef struct pm_buf {
-    char *data;
-    size_t len, cap;
-    int fd;        /* -1: never flush; overflow sets `truncated` */
-    int error;     /* errno of the first failed write, or 0 */
-    int truncated;
-} pm_buf_t;
-void pm_buf_init(pm_buf_t *b, char *data, size_t cap, int fd);
-void pm_buf_str(pm_buf_t *b, const char *s);
-void pm_buf_u64(pm_buf_t *b, uint64_t v);
-void pm_buf_hex(pm_buf_t *b, uint64_t v);
-int pm_buf_flush(pm_buf_t *b);
-/* Parses "<digits>[k|M|G|T][B|iB]" (case-insensitive suffix, powers of
- * 1024).  Returns 0 and sets *out, or -1 for anything else. */
-int pm_fmt_parse_size(const char *s, uint64_t *out);
-size_t pm_fmt_strlen(const char *s);
-int pm_fmt_streq(const char *a, const char *b);
+/* ---- fmt.c: pm_fmt.h ------------------------------------------------ */
 
 /* ---- options.c ------------------------------------------------------- */
 typedef struct pm_options {
@@ -234,11 +218,6 @@ PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown +=
  * 1, PM_TICK_BYTES when 0. */
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
 uint64_t pm_sampler_seed(void);
-/* -ln(u) for u in (0, 1], without libm. */
-double pm_sampler_neg_log(double u);
-/* 1 - exp(-x) for x >= 0, without libm: the chance that an allocation of
- * x = size/rate means is sampled. */
-double pm_sampler_prob(double x);
 
 /* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
 /* p (size bytes) was just allocated at a sample point of this weight. */

@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #endif
 #include "pm.h"
+#include "pm_fmt.h"
+#include "pm_math.h"
 #include "pm_os.h"
 #include "pm_prof_encode.h"
 #include "pm_prof_pprof.h"
@@ -23,46 +25,8 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-/* ---- small formatting helpers (no stdio) ------------------------------ */
-
-static size_t fmt_u64(char *out, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0, i = 0;
-    do tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10));
-    while (n) out[i++] = tmp[--n];
-    return i;
-}
-
-/* v right-aligned in at least width characters, like printf("%*llu"). */
-static size_t fmt_u64_pad(char *out, uint64_t v, size_t width)
-{
-    char tmp[20];
-    size_t n = fmt_u64(tmp, v), i = 0;
-    while (n + i < width) out[i++] = ' ';
-    memcpy(out + i, tmp, n);
-    return i + n;
-}
-
-static size_t fmt_hex(char *out, uint64_t v)
-{
-    int shift = 60;
-    size_t i = 0;
-    out[i++] = '0';
-    out[i++] = 'x';
-    while (shift > 0 && !((v >> shift) & 0xf)) shift -= 4;
-    for (; shift >= 0; shift -= 4) out[i++] = "0123456789abcdef"[(v >> shift) & 0xf];
-    return i;
-}
-
 /* v in hex without the 0x, as /proc/self/maps prints addresses. */
-static size_t fmt_hex_bare(char *out, uint64_t v)
-{
-    size_t n = fmt_hex(out, v) - 2;
-    memmove(out, out + 2, n);
-    return n;
-}
+static size_t fmt_hex_bare(char *out, uint64_t v) { return pm_fmt_hex(out, v, 0); }
 
 static void pb_value_type(pm_ebuf_t *out, pm_ebuf_t *sub, unsigned field, uint32_t type, uint32_t unit)
 {
@@ -87,7 +51,7 @@ static void add_comment(pm_symbols_t *w, pm_ebuf_t *ids, const char *what, uint6
     memcpy(line + n, what, k);
     n += k;
     line[n++] = '=';
-    n += fmt_u64(line + n, v);
+    n += pm_fmt_u64(line + n, v);
     k = strlen(unit);
     memcpy(line + n, unit, k);
     n += k;
@@ -242,31 +206,6 @@ done:
 
 /* ---- legacy gperftools heap text -------------------------------------- */
 
-/* 1 - e^(-x) for x >= 0, without libm: a series for small x (no
- * cancellation), else range reduction x = k ln2 + r and e^-r by series. */
-static double one_minus_exp_neg(double x)
-{
-    if (!(x > 0)) return 0;
-    if (x < 0.5) {
-        double term = x, sum = x;
-        for (int k = 2; k < 24; k++) {
-            term *= -x / k;
-            sum += term;
-        }
-        return sum;
-    }
-    if (x > 700) return 1;
-    const double ln2 = 0.69314718055994530942;
-    int k = (int)(x / ln2);
-    double r = x - k * ln2, term = 1, e = 1;
-    for (int i = 1; i < 24; i++) {
-        term *= -r / i;
-        e += term;
-    }
-    while (k-- > 0) e *= 0.5;
-    return 1 - e;
-}
-
 /* Legacy scaling.  Readers of heap_v2 (pprof's legacy_profile.go
  * scaleHeapSample, google-pprof's ReadHeapProfile) multiply every line's
  * count and bytes by 1 / (1 - e^(-avg/R)) with avg = bytes / count, because
@@ -291,7 +230,7 @@ static void raw_pair(uint64_t objs, uint64_t bytes, uint64_t size, uint64_t rate
         return;
     }
     double avg = size ? (double)size : (double)bytes / (double)objs;
-    double c = (double)objs * one_minus_exp_neg(avg / (double)rate) + 0.5;
+    double c = (double)objs * pm_math_one_minus_exp(avg / (double)rate) + 0.5;
     uint64_t n = c < 1 ? 1 : (uint64_t)c;
     double b = (double)n * avg + 0.5;
     if (b < 1) return;
@@ -328,16 +267,16 @@ static void out_counts(out_t *o, const uint64_t v[4])
 {
     char line[128];
     size_t n = 0;
-    n += fmt_u64_pad(line + n, v[0], 6);
+    n += pm_fmt_u64_pad(line + n, v[0], 6);
     line[n++] = ':';
     line[n++] = ' ';
-    n += fmt_u64_pad(line + n, v[1], 8);
+    n += pm_fmt_u64_pad(line + n, v[1], 8);
     line[n++] = ' ';
     line[n++] = '[';
-    n += fmt_u64_pad(line + n, v[2], 6);
+    n += pm_fmt_u64_pad(line + n, v[2], 6);
     line[n++] = ':';
     line[n++] = ' ';
-    n += fmt_u64_pad(line + n, v[3], 8);
+    n += pm_fmt_u64_pad(line + n, v[3], 8);
     memcpy(line + n, "] @", 3);
     out_put(o, line, n + 3);
 }
@@ -406,7 +345,7 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
     size_t n = 0;
     if (rate > 1) {
         memcpy(line, " heap_v2/", 9);
-        n = 9 + fmt_u64(line + 9, rate);
+        n = 9 + pm_fmt_u64(line + 9, rate);
     } else {
         memcpy(line, " heapprofile", 12);
         n = 12;
@@ -422,7 +361,7 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
         out_counts(&o, v);
         for (uint32_t d = 0; d < x->depth; d++) {
             line[0] = ' ';
-            out_put(&o, line, 1 + fmt_hex(line + 1, x->pcs[d]));
+            out_put(&o, line, 1 + pm_fmt_hex(line + 1, x->pcs[d], 1));
         }
         out_put(&o, "\n", 1);
     }

@@ -3,31 +3,10 @@
  * allocation of s bytes is sampled with probability 1 - exp(-s/rate).
  * Owns: the process-wide rate and its default, a thread's pm_sampler_t
  * (countdown, random state, the rate it was drawn with: its start, its
- * slow path and a rate change), a sample's weight, -ln(u) and 1 - e^-x.
+ * slow path and a rate change), a sample's weight.
  * Must never: allocate, lock or reach the site table (alloc.c hands a
  * sample on).  The fast path's charge is inline (pm_internal.h). */
 #include "pm_internal.h"
-
-/* ln(x) for x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), then
- * ln(m) = 2 atanh(z), z = (m-1)/(m+1), |z| < 0.172, summed to z^13
- * (error below 1e-12). */
-static double ln(double x)
-{
-    union { double d; uint64_t u; } v = {x};
-    int e = (int)((v.u >> 52) & 0x7ff) - 1023;
-    v.u = (v.u & ((1ull << 52) - 1)) | (1023ull << 52); /* m in [1, 2) */
-    double m = v.d;
-    if (m > 1.4142135623730951) {
-        m *= 0.5;
-        e++;
-    }
-    double z = (m - 1) / (m + 1), z2 = z * z;
-    double series = z * (1 + z2 * (1.0 / 3 + z2 * (1.0 / 5 + z2 * (1.0 / 7 +
-                    z2 * (1.0 / 9 + z2 * (1.0 / 11 + z2 * (1.0 / 13)))))));
-    return e * 0.6931471805599453 + 2 * series;
-}
-
-double pm_sampler_neg_log(double u) { return -ln(u); }
 
 static uint64_t next_random(uint64_t *state)
 {
@@ -46,7 +25,7 @@ int64_t pm_sampler_next(uint64_t *rng, uint64_t rate)
     if (!*rng) *rng = pm_sampler_seed();
     /* u uniform in (0, 1]: 53 random bits, shifted off zero */
     double u = ((double)(next_random(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double gap = -ln(u) * (double)rate;
+    double gap = pm_math_neg_log(u) * (double)rate;
     if (gap > (double)(INT64_MAX / 4)) return INT64_MAX / 4;
     return (int64_t)gap;
 }
@@ -85,7 +64,7 @@ void pm_sampler_redraw(pm_sampler_t *s)
 static uint64_t weight_of(size_t size, uint64_t rate)
 {
     if (rate <= 1) return PM_WEIGHT_ONE;
-    double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
+    double prob = pm_math_one_minus_exp((double)(size ? size : 1) / (double)rate);
     return prob > 0 ? (uint64_t)((double)PM_WEIGHT_ONE / prob + 0.5) : PM_WEIGHT_ONE;
 }
 
@@ -117,28 +96,4 @@ PM_EXPORT size_t profmalloc_get_sample_rate(void)
 {
     pm_init();
     return (size_t)pm_sampler_rate();
-}
-
-/* 1 - exp(-x) for x >= 0, accurate also for tiny x (no cancellation). */
-double pm_sampler_prob(double x)
-{
-    if (x < 0.25) {
-        /* x - x^2/2! + x^3/3! - ... to x^10: error < 1e-13 relative */
-        double term = x, sum = x;
-        for (int k = 2; k <= 10; k++) {
-            term *= -x / k;
-            sum += term;
-        }
-        return sum;
-    }
-    if (x > 40) return 1.0;
-    /* exp(-x) = 2^-k exp(-r), r = x - k ln 2 in [0, ln 2) */
-    int k = (int)(x / 0.6931471805599453);
-    double r = x - k * 0.6931471805599453, term = 1, e = 1;
-    for (int i = 1; i <= 16; i++) {
-        term *= -r / i;
-        e += term;
-    }
-    while (k--) e *= 0.5;
-    return 1.0 - e;
 }

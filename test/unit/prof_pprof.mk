@@ -5,7 +5,7 @@
 # libpprof_fixture.so is the same test source built as a shared object,
 # which the test loads and deletes to exercise in-memory .dynsym.
 
-PPROF_TEST_SRCS := test/unit/test_prof_pprof.c src/prof_pprof.c src/prof_symbols.c src/prof_encode.c \
+PPROF_TEST_SRCS := test/unit/test_prof_pprof.c src/prof_pprof.c src/prof_symbols.c src/prof_encode.c src/fmt.c \
                    src/os_linux.c
 PPROF_TEST_HDRS := src/pm_prof_pprof.h src/pm_prof_types.h src/pm_prof_symbols.h src/pm_prof_encode.h src/pm_os.h src/pm.h \
                    include/profmalloc.h
