@@ -35,11 +35,14 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 	-ftls-model=initial-exec $(PM_NOSPLIT) \
 	-D_GNU_SOURCE -Isrc -Iinclude $(PM_EXTRA_CFLAGS)
 
-# The ladder, bottom up: os → meta/pagemap → pageheap → central → tcache →
-# alloc; the profiler beside it; override.c (the libc names) last.
+# The ladder, bottom up: os → fmt/options → meta → sizeclass/pagemap →
+# pageheap → central → tcache → alloc, stats, init; then the profiler
+# family, bottom up (doc/design.md, "The ladder"); override.c (the libc
+# names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
-	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/prof_sampler.c \
-	src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/stats.c src/prof_dump.c src/alloc.c src/init.c
+	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/alloc.c src/stats.c src/init.c \
+	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
+	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
