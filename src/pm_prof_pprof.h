@@ -1,10 +1,8 @@
-/* pm_prof_pprof.h — the profile writers (pprof.c): a heap snapshot formatted as
- * pprof profile.proto (gzip container, Go's heap layout) or as gperftools'
- * legacy heap text.  Never allocates with malloc.  Its one lock, phdr_lock,
- * is held across dl_iterate_phdr (whose loader lock a fork child would
- * otherwise inherit held, so its own dump hung): the fork handler takes it
- * first of all.  Call it after every allocator and profiler lock is
- * dropped. */
+/* pm_prof_pprof.h — the profile writers (prof_pprof.c): a heap snapshot
+ * formatted as pprof profile.proto (gzip container, Go's heap layout) or
+ * as gperftools' legacy heap text.  Never allocates with malloc.  The one
+ * lock they take is prof_symbols.c's phdr_lock, across dl_iterate_phdr.
+ * Call them after every allocator and profiler lock is dropped. */
 #ifndef PM_PROF_PPROF_H
 #define PM_PROF_PPROF_H
 
@@ -15,7 +13,5 @@
  * heap_v2 text).  Returns 0, or -1 with errno set (EINVAL for a bad
  * argument, ENOMEM when scratch memory cannot be mapped, or write(2)'s). */
 int pm_pprof_write(int fd, const pm_prof_snapshot_t *s, int format);
-void pm_pprof_lock_all(void);
-void pm_pprof_unlock_all(int child);
 
 #endif
