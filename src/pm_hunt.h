@@ -9,53 +9,36 @@
 #include "pm_internal.h"
 #include "pm_prof_types.h"
 
-/* ---- heapprof.c: the site table seen from outside -------------------- */
-/* One site's counters, fixed point with PM_FX_SHIFT fraction bits.  `site`
- * (a bucket) lives as long as the process, so it names the site. */
-#define PM_FX_SHIFT 8
-typedef struct pm_site_count {
-    const void *site;
-    uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
-} pm_site_count_t;
+/* ---- prof_sites.c: the site table seen from outside --------------------- */
+#define PM_FX_SHIFT PM_WEIGHT_SHIFT
 /* Copies every site's counters into out[0..cap) and returns the number of
  * sites (more than cap: nothing past cap was written; call again). */
-size_t pm_heapprof_copy_sites(pm_site_count_t *out, size_t cap);
-size_t pm_heapprof_site_total(void);
+size_t pm_sites_copy(pm_site_count_t *out, size_t cap);
+size_t pm_sites_count(void);
 /* A site's call stack (innermost first) and requested size: immutable. */
-void pm_heapprof_site_info(const void *site, const uintptr_t **pcs, uint32_t *depth, uint64_t *size,
-                           const void **stack);
-
-/* What a dump shows instead of the live table: the values of a copy
- * (PM_VIEW_AT; sites absent from it are left out), or the live table minus
- * a copy (PM_VIEW_SINCE; in-use values may be negative). `base` is sorted
- * by site. `notes` become the profile's comments. */
-enum { PM_VIEW_NOW, PM_VIEW_AT, PM_VIEW_SINCE };
-typedef struct pm_prof_view {
-    int mode;
-    const pm_site_count_t *base;
-    size_t nbase;
-    const char *notes[4];
-} pm_prof_view_t;
-int pm_heapprof_dump_view(const char *path, int format, const pm_prof_view_t *view);
-/* profmalloc_dump_fd with a view (NULL: the live table). */
-int pm_heapprof_dump_fd_view(int fd, int format, const pm_prof_view_t *view);
-/* Expands %p and %% of pattern into out (cap bytes); -1 when too long. */
-int pm_heapprof_expand(const char *pattern, char *out, size_t cap);
-
+void pm_sites_info(const void *site, const uintptr_t **pcs, uint32_t *depth, uint64_t *size, const void **stack);
 /* The sums of every sampled allocation's and free's weight (fixed point),
  * and the lowest live bytes since the last call (restarting from
  * `restart`); both cheap enough for every sample. */
 typedef struct pm_hunt_totals {
     uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes; /* fixed point */
 } pm_hunt_totals_t;
-void pm_heapprof_totals(pm_hunt_totals_t *out);
-uint64_t pm_heapprof_live_low(uint64_t restart);
+void pm_sites_totals(pm_hunt_totals_t *out);
+uint64_t pm_sites_live_low(uint64_t restart);
+
+/* ---- prof_dump.c ---------------------------------------------------------- */
+/* profmalloc_dump in `format` (-1: by the path's name) showing `view`. */
+int pm_dump_view(const char *path, int format, const pm_prof_view_t *view);
+/* profmalloc_dump_fd with a view (NULL: the live table). */
+int pm_dump_fd_view(int fd, int format, const pm_prof_view_t *view);
+/* Expands %p and %% of pattern into out (cap bytes); -1 when too long. */
+int pm_dump_expand(const char *pattern, char *out, size_t cap);
 
 /* ---- prof_peak.c: the peak and the mark -------------------------------- */
 /* After each sampled allocation (alloc.c), with no lock held: the peak
  * copy, the triggers, the timeline. */
 void pm_hunt_tick(void);
-void pm_hunt_totals(pm_hunt_totals_t *out); /* pm_heapprof_totals */
+void pm_hunt_totals(pm_hunt_totals_t *out); /* pm_sites_totals */
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
 uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */
 /* A copy of the site table, sorted by site; mapped memory. */
@@ -78,6 +61,11 @@ void pm_triggers_child(void); /* after fork, in the child: no dump is under way 
 
 /* ---- prof_leaks.c ----------------------------------------------------- */
 void pm_leaks_at_exit(void);
+/* Calls cb(arg, i, name, len) for each pcs[i] with its function's name
+ * (not NUL-terminated), or NULL when none is known; names come from the
+ * loaded objects' symbol tables, as the profile's.  Returns 0, or -1. */
+typedef void (*pm_pprof_name_fn)(void *arg, size_t i, const char *name, size_t len);
+int pm_pprof_names(const uintptr_t *pcs, size_t n, pm_pprof_name_fn cb, void *arg);
 
 /* ---- prof_timeline.c -------------------------------------------------- */
 void pm_timeline_init(void);

@@ -1,6 +1,7 @@
-/* pm_prof_types.h — the profiler's snapshot, handed from heapprof.c (which
- * takes it under the profiler lock into mmap'd memory) to pprof.c (which
- * formats and writes it after every lock is dropped).
+/* pm_prof_types.h — the profiler's snapshot, taken by prof_sites.c under
+ * the profiler lock into mmap'd memory, completed by prof_dump.c with the
+ * allocator's totals, and written by prof_pprof.c after every lock is
+ * dropped.
  * Invariants of a snapshot:
  *   every samples[i].depth <= PM_STACK_MAX and pcs points at depth entries;
  *   values are already unbiased estimates (at rate 1, exact counts);
@@ -31,5 +32,35 @@ typedef struct pm_prof_snapshot {
     profmalloc_stats_t totals; /* the allocator's exact totals */
     const char *notes[4];     /* extra comment lines (a peak's time), or NULL */
 } pm_prof_snapshot_t;
+
+/* prof_sites.c: copies the buckets into mapped memory (mem, which the
+ * caller unmaps) and sets every field of snap but `totals`.  0, or -1
+ * with errno ENOMEM. */
+typedef struct pm_sites_mem {
+    void *base;
+    size_t bytes;
+} pm_sites_mem_t;
+
+/* One site's counters, fixed point with PM_WEIGHT_SHIFT fraction bits.
+ * `site` (a bucket) lives as long as the process, so it names the site. */
+typedef struct pm_site_count {
+    const void *site;
+    uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
+} pm_site_count_t;
+
+/* What a snapshot shows instead of the live table: the values of a copy
+ * (PM_VIEW_AT; sites absent from it are left out), or the live table minus
+ * a copy (PM_VIEW_SINCE; in-use values may be negative).  `base` is sorted
+ * by site; `notes` become the profile's comments. */
+enum { PM_VIEW_NOW, PM_VIEW_AT, PM_VIEW_SINCE };
+typedef struct pm_prof_view {
+    int mode;
+    const pm_site_count_t *base;
+    size_t nbase;
+    const char *notes[4];
+} pm_prof_view_t;
+
+/* view NULL: the live table. */
+int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem, const pm_prof_view_t *view);
 
 #endif

@@ -36,7 +36,7 @@ static void gp_fire(pm_trigger_t *t, const char *kind)
     pm_buf_str(&b, ".heap");
     path[b.len] = 0;
     int saved = errno;
-    if (pm_heapprof_dump_view(path, PROFMALLOC_FORMAT_LEGACY, NULL) != 0 && !t->complained++)
+    if (pm_dump_view(path, PROFMALLOC_FORMAT_LEGACY, NULL) != 0 && !t->complained++)
         pm_os_message("HEAPPROFILE: could not write a heap profile");
     errno = saved;
     pm_os_unmap(path, PREFIX_CAP + 32);

@@ -6,7 +6,7 @@
  * on the program's own allocator); scratch memory is mapped.  Takes no
  * lock of its own (the site copy takes the profiler's briefly). */
 #include "pm_hunt.h"
-#include "pm_pprof.h"
+#include "pm_prof_symbols.h"
 
 enum { SHOW = 20, NAMED = 200, FRAMES = 6, NAME_POOL = 256 * 1024 };
 
@@ -86,6 +86,29 @@ static int same_names(const names_t *nm, const leak_t *a, const leak_t *b)
     return 1;
 }
 
+int pm_pprof_names(const uintptr_t *pcs, size_t n, pm_pprof_name_fn cb, void *arg)
+{
+    pm_symbols_t w;
+    int rc = -1;
+    if (pm_symbols_init(&w)) {
+        for (size_t i = 0; i < n; i++) pm_symbols_loc(&w, pcs[i]);
+        if (!pm_symbols_failed(&w) && pm_symbols_resolve(&w) == 0) {
+            rc = 0;
+            for (size_t i = 0; i < n; i++) {
+                const pm_sym_loc_t *l = &PM_SYM_LOCS(&w)[pm_symbols_loc(&w, pcs[i])];
+                if (l->func) {
+                    const pm_sym_str_t *e = &PM_SYM_STRS(&w)[PM_SYM_FUNCS(&w)[l->func - 1].name];
+                    cb(arg, i, (const char *)w.strdata.p + e->off, e->len);
+                } else {
+                    cb(arg, i, NULL, 0);
+                }
+            }
+        }
+    }
+    pm_symbols_free(&w);
+    return rc;
+}
+
 static void num(pm_buf_t *b, double v) { pm_buf_u64(b, v > 0 ? (uint64_t)(v + 0.5) : 0); }
 
 static void report(void)
@@ -111,12 +134,12 @@ static void report(void)
         const pm_site_count_t *s = &c.v[i];
         if (s->alloc_bytes <= s->free_bytes) continue;
         leak_t l = {0};
-        pm_heapprof_site_info(s->site, &l.pcs, &l.depth, &l.size, &l.stack);
+        pm_sites_info(s->site, &l.pcs, &l.depth, &l.size, &l.stack);
         l.bytes = (double)(s->alloc_bytes - s->free_bytes) / (1 << PM_FX_SHIFT);
         l.objects = s->alloc_objects > s->free_objects
                         ? (double)(s->alloc_objects - s->free_objects) / (1 << PM_FX_SHIFT) : 0;
         if (rate > 1) { /* each block stands for 1/p: variance N (1-p)/p s^2 */
-            double p = pm_sampler_prob((double)(l.size ? l.size : 1) / (double)rate);
+            double p = pm_math_one_minus_exp((double)(l.size ? l.size : 1) / (double)rate);
             if (p > 0) l.var = l.objects * (1 - p) / p * (double)l.size * (double)l.size;
         }
         v[n++] = l;
@@ -244,7 +267,7 @@ void pm_leaks_at_exit(void)
     }
     enum { CAP = 4096 };
     char *path = pm_os_map(CAP, 0);
-    if (!path || pm_heapprof_expand(what, path, CAP) != 0 || profmalloc_dump(path) != 0)
+    if (!path || pm_dump_expand(what, path, CAP) != 0 || profmalloc_dump(path) != 0)
         pm_os_message("PROFMALLOC_LEAKS: could not write the profile of the leaks");
     if (path) pm_os_unmap(path, CAP);
 }

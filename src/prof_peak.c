@@ -24,14 +24,14 @@ static held_copy_t peak = {.lock = PM_LOCK_INIT}, mark = {.lock = PM_LOCK_INIT};
 static _Atomic uint64_t next_peak_fx;
 static _Atomic int peak_busy;
 
-void pm_hunt_totals(pm_hunt_totals_t *out) { pm_heapprof_totals(out); }
+void pm_hunt_totals(pm_hunt_totals_t *out) { pm_sites_totals(out); }
 
 uint64_t pm_hunt_peak_live(void) { return pm_relaxed_load(&max_estimate); }
 
 uint64_t pm_hunt_live_bytes(void)
 {
     pm_hunt_totals_t t;
-    pm_heapprof_totals(&t);
+    pm_sites_totals(&t);
     return t.alloc_bytes > t.free_bytes ? (t.alloc_bytes - t.free_bytes) >> PM_FX_SHIFT : 0;
 }
 
@@ -63,14 +63,14 @@ static void sort_by_site(pm_site_count_t *v, size_t n)
 int pm_hunt_copy_take(pm_site_copy_t *c)
 {
     for (;;) {
-        size_t want = pm_heapprof_site_total() + 64;
+        size_t want = pm_sites_count() + 64;
         size_t bytes = want * sizeof(pm_site_count_t);
         pm_site_count_t *v = pm_os_map(bytes, 0);
         if (!v) {
             errno = ENOMEM;
             return -1;
         }
-        size_t n = pm_heapprof_copy_sites(v, want);
+        size_t n = pm_sites_copy(v, want);
         if (n > want) { /* sites were added meanwhile */
             pm_os_unmap(v, bytes);
             continue;
@@ -174,7 +174,7 @@ void pm_hunt_tick(void)
     t->in_profiler = 1;
     int saved_errno = errno;
     pm_hunt_totals_t tot;
-    pm_heapprof_totals(&tot);
+    pm_sites_totals(&tot);
     uint64_t a = tot.alloc_bytes, f = tot.free_bytes;
     uint64_t live_fx = a > f ? a - f : 0, live = live_fx >> PM_FX_SHIFT;
     uint64_t m = pm_relaxed_load(&max_estimate);
@@ -235,7 +235,7 @@ static int dump_held(held_copy_t *h, const char *path, int mode, const char *lab
         for (int i = 0; i < 3; i++) view.notes[i] = notes[i];
     }
     /* a difference has negative values: only profile.proto holds them */
-    int rc = pm_heapprof_dump_view(path, mode == PM_VIEW_SINCE ? PROFMALLOC_FORMAT_PPROF : -1, &view);
+    int rc = pm_dump_view(path, mode == PM_VIEW_SINCE ? PROFMALLOC_FORMAT_PPROF : -1, &view);
     int saved = errno;
     pm_hunt_copy_free(&c);
     errno = saved;
@@ -263,7 +263,7 @@ void pm_hunt_at_exit(void)
     if (pm_options.dump_peak) {
         enum { CAP = 4096 };
         char *path = pm_os_map(CAP, 0);
-        if (path && pm_heapprof_expand(pm_options.dump_peak, path, CAP) == 0 &&
+        if (path && pm_dump_expand(pm_options.dump_peak, path, CAP) == 0 &&
             profmalloc_dump_peak(path) != 0)
             pm_os_message("PROFMALLOC_DUMP_PEAK: could not write the peak profile");
         if (path) pm_os_unmap(path, CAP);

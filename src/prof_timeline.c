@@ -26,7 +26,7 @@ static struct {
     int on;
     _Atomic int busy;
     _Atomic uint64_t next_ns;      /* monotonic time of the next record */
-    _Atomic uint64_t iv_max;       /* the minimum: pm_heapprof_live_low */
+    _Atomic uint64_t iv_max;       /* the minimum: pm_sites_live_low */
     /* the writer's (under busy) */
     int fd;
     int pid;
@@ -172,7 +172,7 @@ static int start_file(int truncate)
     }
     tl.pid = (int)pm_os_getpid();
     tl.part = 0;
-    if (pm_heapprof_expand(pm_options.timeline, tl.path, PATH_CAP) != 0) {
+    if (pm_dump_expand(pm_options.timeline, tl.path, PATH_CAP) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -232,7 +232,7 @@ static void write_peak(void)
         const uintptr_t *pcs;
         uint32_t depth;
         uint64_t size;
-        pm_heapprof_site_info(tl.pk_sites[i].site, &pcs, &depth, &size, NULL);
+        pm_sites_info(tl.pk_sites[i].site, &pcs, &depth, &size, NULL);
         pm_buf_str(&b, "S ");
         pm_buf_u64(&b, tl.pk_sites[i].bytes);
         pm_buf_str(&b, " ");
@@ -274,7 +274,7 @@ static void record(uint64_t now, int at_exit)
         }
     }
     uint64_t live = pm_hunt_live_bytes();
-    uint64_t hi = atomic_exchange(&tl.iv_max, live), lo = pm_heapprof_live_low(live);
+    uint64_t hi = atomic_exchange(&tl.iv_max, live), lo = pm_sites_live_low(live);
     if (hi < live) hi = live;
     if (lo > live) lo = live;
     pm_hunt_totals_t tot;

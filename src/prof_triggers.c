@@ -116,7 +116,7 @@ static void own_fire(pm_trigger_t *t, const char *kind)
     char *mem = pm_os_map(2 * CAP, 0);
     if (!mem) return;
     char *path = mem + CAP;
-    if (pm_heapprof_expand(pm_options.dump_prefix ? pm_options.dump_prefix : "profmalloc", mem, CAP) == 0) {
+    if (pm_dump_expand(pm_options.dump_prefix ? pm_options.dump_prefix : "profmalloc", mem, CAP) == 0) {
         pm_buf_t b;
         pm_buf_init(&b, path, CAP - 1, -1);
         pm_buf_str(&b, mem);
@@ -129,7 +129,7 @@ static void own_fire(pm_trigger_t *t, const char *kind)
         pm_buf_str(&b, ".pb.gz");
         path[b.len] = 0;
         int saved = errno;
-        if (b.truncated || pm_heapprof_dump_view(path, PROFMALLOC_FORMAT_PPROF, NULL) != 0) {
+        if (b.truncated || pm_dump_view(path, PROFMALLOC_FORMAT_PPROF, NULL) != 0) {
             if (!t->complained++) pm_os_message("PROFMALLOC_DUMP_EVERY_*: could not write a triggered dump");
         }
         errno = saved;

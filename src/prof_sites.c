@@ -1,27 +1,27 @@
-/* heapprof.c — the sampled allocation-site table.  A sampled allocation
+/* prof_sites.c — the sampled allocation-site table.  A sampled allocation
  * gets a record (address → bucket, weight) and its bucket, one per
- * (call stack, requested size), accumulates unbiased estimates: a block of
- * s bytes sampled at mean rate R stands for 1/p blocks, p = 1 - e^(-s/R)
- * (weight 1 at R = 1, the exact mode).  Frees subtract the same weight.
- * Snapshots copy the buckets into mmap'd memory; pprof.c formats them.
+ * (call stack, requested size), accumulates unbiased estimates: each
+ * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
+ * subtracts the same.  Snapshots copy the buckets into mapped memory for
+ * prof_dump.c, which adds the stats and hands them to the writers; they
+ * may show a copy of the table, or the table minus a copy, instead
+ * (pm_prof_view_t: the peak, since a mark).  Leak hunting reads the table
+ * through pm_sites_copy and running totals kept here (pm_hunt.h).
  * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
  * lock per record shard (a shard holds the records of the spans that hash
  * to it, and guards those spans' sampled-block fields).  No path holds two
  * of them; bucket counters are atomics, so frees never take prof.lock.
  * Must never: unwind, map memory or write a file while holding a lock —
  * pools are refilled and tables grown with the lock dropped; never call
- * malloc (everything comes from meta.c or pm_os_map). */
+ * malloc (everything comes from meta.c or pm_os_map), nor reach up to the
+ * stats, init or the dump API. */
 #include "pm_internal.h"
 #include "pm_hunt.h"
-#include "pm_pprof.h"
-#include "pm_stacktrace.h"
+#include "pm_prof_types.h"
+#include "pm_prof_unwind.h"
 #include "pm_usdt.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Every table entry starts with this header; tables grow by rehashing. */
 typedef struct node {
@@ -43,8 +43,8 @@ typedef struct stack {
 
 /* Weights are fixed point with FX_SHIFT fraction bits, so the counters can
  * be atomics (at rate 1 every weight is exactly 1 << FX_SHIFT). */
-#define FX_SHIFT 8
-#define FX_ONE ((uint64_t)1 << FX_SHIFT)
+#define FX_SHIFT PM_WEIGHT_SHIFT
+#define FX_ONE PM_WEIGHT_ONE
 
 /* One (stack, requested size) pair: pprof's "bytes" label is exact.
  * alloc_* >= free_* for each of objects and bytes, in fixed point. */
@@ -86,27 +86,18 @@ static struct {
     shard_t shards[SHARDS];
 } prof = {.lock = PM_LOCK_INIT};
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
+static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
 
-static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[mix(s->page) >> 60]; }
-
-void pm_heapprof_init(void)
+void pm_sites_init(void)
 {
     prof.start_ns = pm_os_now_ns();
-    pm_stacktrace_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+    pm_unwind_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
     /* return addresses into the allocator lie in (begin, end] */
-    pm_stacktrace_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
+    pm_unwind_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
 }
 
 /* Live sampled blocks: the records of every shard (read without locks). */
-uint64_t pm_heapprof_live_samples(void)
+uint64_t pm_sites_live_samples(void)
 {
     uint64_t n = 0;
     for (int i = 0; i < SHARDS; i++) n += ((volatile shard_t *)&prof.shards[i])->records.count;
@@ -170,7 +161,7 @@ static int table_room(pm_lock_t *lock, table_t *t)
         old_n = t->nheads;
         t->heads = heads;
         t->nheads = want;
-        /* count stays as it is: pm_heapprof_live_samples reads it without
+        /* count stays as it is: pm_sites_live_samples reads it without
          * the lock (zeroed and counted up again, the stats' live samples
          * fell by up to a shard's records while a table grew: a TSan run) */
         for (uint64_t i = 0; i < old_n; i++) {
@@ -258,8 +249,8 @@ static void *arena_take_locked(size_t bytes)
 
 static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
 {
-    uint64_t h = mix(depth);
-    for (uint32_t i = 0; i < depth; i++) h = mix(h ^ pcs[i]);
+    uint64_t h = pm_mix64(depth);
+    for (uint32_t i = 0; i < depth; i++) h = pm_mix64(h ^ pcs[i]);
     return h;
 }
 
@@ -277,7 +268,7 @@ static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint3
  * computed before the lock. */
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = mix(sh ^ mix(size));
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
     if (same_site(*cached, bh, pcs, depth, size)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
@@ -319,7 +310,7 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
 static record_t **find_locked(shard_t *sh, uintptr_t key)
 {
     if (!sh->records.nheads) return NULL;
-    node_t **link = &sh->records.heads[mix(key) & (sh->records.nheads - 1)];
+    node_t **link = &sh->records.heads[pm_mix64(key) & (sh->records.nheads - 1)];
     while (*link && ((record_t *)*link)->key != key) link = &(*link)->next;
     return (record_t **)link;
 }
@@ -333,10 +324,10 @@ static int in_allocator(uintptr_t pc)
 
 /* Every sampled allocation and free with its weight, fixed point: alloc
  * objects, alloc bytes, free objects, free bytes; and the lowest live
- * bytes since pm_heapprof_live_low last asked (the timeline's minimum). */
+ * bytes since pm_sites_live_low last asked (the timeline's minimum). */
 static _Atomic uint64_t totals[4], live_low = UINT64_MAX;
 
-void pm_heapprof_totals(pm_hunt_totals_t *out)
+void pm_sites_totals(pm_hunt_totals_t *out)
 {
     out->alloc_objects = pm_relaxed_load(&totals[0]);
     out->alloc_bytes = pm_relaxed_load(&totals[1]);
@@ -344,26 +335,21 @@ void pm_heapprof_totals(pm_hunt_totals_t *out)
     out->free_bytes = pm_relaxed_load(&totals[3]);
 }
 
-uint64_t pm_heapprof_live_low(uint64_t restart)
+uint64_t pm_sites_live_low(uint64_t restart)
 {
     return atomic_exchange_explicit(&live_low, restart, memory_order_relaxed);
 }
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
     int saved_errno = errno;
     uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
-    int n = pm_stacktrace_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
+    int n = pm_unwind_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
-    uint64_t rate = t->sample_rate, weight = FX_ONE;
-    if (rate > 1) {
-        double prob = pm_sampler_prob((double)(size ? size : 1) / (double)rate);
-        weight = prob > 0 ? (uint64_t)((double)FX_ONE / prob + 0.5) : FX_ONE;
-    }
     bucket_t *b = bucket_for(t, raw + skip, depth, size);
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
@@ -376,7 +362,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size)
         PM_USDT3(sample, p, size, depth);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
-        *r = (record_t){.node.hash = mix((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
         table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {
@@ -435,26 +421,14 @@ void pm_free_sampled(pm_span_t *s, void *p)
     pm_unlock(&sh->lock);
 }
 
-void pm_heapprof_lock_all(void)
+void pm_sites_lock_all(void)
 {
     pm_lock(&prof.lock);
     for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
 }
 
-/* One dump at a time goes into a shared descriptor (dump_into): threads
- * dumping to /dev/stdout at once interleaved their writes into one corrupt
- * stream.  One lock per descriptor number (modulo 1024), so a dump waiting
- * on a full pipe holds up no dump elsewhere.  Only dumps take them, never the
- * allocator, and the fork handlers leave them alone (a dump into a slow
- * pipe would hold up every fork); a forked child, where the holder does not
- * exist, resets them. */
-#define INTO_LOCKS 1024 /* exact below 1024; 16 KiB of zero pages, touched where used */
-PM_SPARSE_BSS static pm_lock_t into_locks[INTO_LOCKS];
-
-void pm_heapprof_unlock_all(int child)
+void pm_sites_unlock_all(int child)
 {
-    for (int i = 0; child && i < INTO_LOCKS; i++) /* only held ones: no write to the rest */
-        if (atomic_load_explicit(&into_locks[i].state, memory_order_relaxed)) pm_lock_reset(&into_locks[i]);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);
@@ -463,7 +437,7 @@ void pm_heapprof_unlock_all(int child)
     else pm_unlock(&prof.lock);
 }
 
-/* ---- snapshots and dumps ---------------------------------------------- */
+/* ---- snapshots ---------------------------------------------------------- */
 
 /* Fixed point to the nearest whole number; a difference that went
  * negative (a free counted before the sample it matches was) reads 0. */
@@ -472,14 +446,9 @@ static uint64_t round_fx(uint64_t total, uint64_t freed)
     return total > freed ? (total - freed + FX_ONE / 2) >> FX_SHIFT : 0;
 }
 
-typedef struct snapshot_mem {
-    void *base;
-    size_t bytes;
-} snapshot_mem_t;
-
 /* ---- the site table seen from outside (pm_hunt.h) --------------------- */
 
-size_t pm_heapprof_site_total(void)
+size_t pm_sites_count(void)
 {
     pm_lock(&prof.lock);
     size_t n = prof.buckets.count;
@@ -487,7 +456,7 @@ size_t pm_heapprof_site_total(void)
     return n;
 }
 
-size_t pm_heapprof_copy_sites(pm_site_count_t *out, size_t cap)
+size_t pm_sites_copy(pm_site_count_t *out, size_t cap)
 {
     pm_lock(&prof.lock);
     size_t n = prof.buckets.count, i = 0;
@@ -501,8 +470,7 @@ size_t pm_heapprof_copy_sites(pm_site_count_t *out, size_t cap)
     return n;
 }
 
-void pm_heapprof_site_info(const void *site, const uintptr_t **pcs, uint32_t *depth, uint64_t *size,
-                           const void **stack)
+void pm_sites_info(const void *site, const uintptr_t **pcs, uint32_t *depth, uint64_t *size, const void **stack)
 {
     const bucket_t *b = site;
     *pcs = b->stack->pcs;
@@ -530,12 +498,8 @@ static uint64_t diff_fx(uint64_t a, uint64_t b)
     return (uint64_t)(d >= 0 ? (d + (int64_t)FX_ONE / 2) >> FX_SHIFT : -((-d + (int64_t)FX_ONE / 2) >> FX_SHIFT));
 }
 
-/* Copies the buckets into mmap'd memory (released by snapshot_free), with
- * the values `view` asks for (NULL: the live table). */
-static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem, const pm_prof_view_t *view)
+int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem, const pm_prof_view_t *view)
 {
-    *snap = (pm_prof_snapshot_t){0};
-    pm_stats_collect(&snap->totals);
     snap->sample_rate = pm_sampler_rate();
     snap->time_ns = pm_os_now_ns();
     snap->duration_ns = snap->time_ns > prof.start_ns ? snap->time_ns - prof.start_ns : 0;
@@ -604,363 +568,4 @@ static int snapshot_take(pm_prof_snapshot_t *snap, snapshot_mem_t *mem, const pm
         mem->bytes = bytes;
         return 0;
     }
-}
-
-PM_EXPORT int profmalloc_dump_fd(int fd, int format) { return pm_heapprof_dump_fd_view(fd, format, NULL); }
-
-int pm_heapprof_dump_fd_view(int fd, int format, const pm_prof_view_t *view)
-{
-    if (format != PROFMALLOC_FORMAT_PPROF && format != PROFMALLOC_FORMAT_LEGACY) {
-        errno = EINVAL;
-        return -1;
-    }
-    int entry_errno = errno; /* left as it was by a dump that succeeds */
-    pm_init();
-    pm_prof_snapshot_t snap;
-    snapshot_mem_t mem;
-    if (snapshot_take(&snap, &mem, view) != 0) return -1;
-    int rc = pm_pprof_write(fd, &snap, format);
-    if (rc == 0) PM_USDT3(dump_written, fd, format, snap.nsamples);
-    int saved = rc == 0 ? entry_errno : errno;
-    pm_os_unmap(mem.base, mem.bytes);
-    errno = saved;
-    return rc;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = pm_fmt_strlen(s), k = pm_fmt_strlen(suffix);
-    return n >= k && pm_fmt_streq(s + n - k, suffix);
-}
-
-/* The length of path's directory part, its last '/' included (0: none). */
-static size_t dir_len(const char *path)
-{
-    size_t dir = 0;
-    for (size_t i = 0; path[i]; i++)
-        if (path[i] == '/') dir = i + 1;
-    return dir;
-}
-
-/* What follows `prefix` in s, or NULL if s does not start with it. */
-static const char *after(const char *s, const char *prefix)
-{
-    while (*prefix && *s == *prefix) s++, prefix++;
-    return *prefix ? NULL : s;
-}
-
-static _Atomic uint64_t dump_seq;
-
-/* Creates the temporary a dump is written to before it is renamed over
- * path: in path's directory (rename is atomic only within one), named
- * .profmalloc-dump.<pid>.<n> with a per-process counter and created with
- * O_EXCL.  So concurrent dumps to one path each write a file of their own
- * and the last rename wins with a whole profile (with one name per pid,
- * threads truncated and renamed each other's half-written files), no
- * symlink at the name is followed, and the name stays short (a valid
- * 251-byte file name had no room for a suffix). */
-static int open_temp(const char *path, char *tmp, size_t cap)
-{
-    size_t dir = dir_len(path);
-    int err = ENAMETOOLONG;
-    for (int tries = 0; tries < 64; tries++) {
-        pm_buf_t b;
-        if (dir >= cap - 1) break;
-        for (size_t i = 0; i < dir; i++) tmp[i] = path[i];
-        pm_buf_init(&b, tmp + dir, cap - 1 - dir, -1);
-        pm_buf_str(&b, ".profmalloc-dump.");
-        pm_buf_u64(&b, (uint64_t)pm_os_getpid());
-        pm_buf_str(&b, ".");
-        pm_buf_u64(&b, atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed));
-        if (b.truncated) break;
-        tmp[dir + b.len] = 0;
-        int fd = pm_os_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd >= 0 || errno != EEXIST) return fd; /* EEXIST: a dead process's leftover */
-        err = EEXIST;
-    }
-    errno = err;
-    return -1;
-}
-
-enum { DUMP_PATH_CAP = 4096 };
-
-/* The descriptor a path names when it is one of this process's own:
- * /proc/self/fd/N, /proc/<pid>/fd/N, /dev/fd/N (and so /dev/stdout, a link
- * to /proc/self/fd/1); -1 otherwise. */
-static int own_fd_path(const char *p)
-{
-    const char *q = after(p, "/proc/self/fd/");
-    if (!q) q = after(p, "/dev/fd/");
-    if (!q && (q = after(p, "/proc/"))) { /* /proc/<pid>/fd/: this process's pid only */
-        uint64_t pid = 0;
-        const char *d = q;
-        while (*q >= '0' && *q <= '9' && q - d < 10) pid = pid * 10 + (uint64_t)(*q++ - '0');
-        if (q == d || pid != (uint64_t)pm_os_getpid()) return -1;
-        q = after(q, "/fd/");
-    }
-    if (!q || (q[0] == '0' && q[1])) return -1; /* the kernel names no "01" */
-    int fd = 0;
-    const char *d = q;
-    while (*q >= '0' && *q <= '9' && q - d < 9) fd = fd * 10 + (*q++ - '0');
-    return q > d && !*q ? fd : -1;
-}
-
-/* May `link` (lstat in *st) be followed?  The kernel's rule for
- * fs.protected_symlinks, applied whatever the setting, since the link is
- * resolved here and not by the kernel: in a sticky world-writable
- * directory (/tmp), only a link owned by us or by the directory's owner.
- * `dir` is a buffer for the directory's name. */
-static int may_follow(const char *link, const struct stat *st, char *dir)
-{
-    size_t n = dir_len(link);
-    if (n > 1) n--; /* "/a/b" -> "/a"; "/b" keeps "/" */
-    for (size_t i = 0; i < n; i++) dir[i] = link[i];
-    if (!n) dir[n++] = '.';
-    dir[n] = 0;
-    struct stat ds;
-    if (stat(dir, &ds) != 0) return -1;
-    if ((ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) && st->st_uid != geteuid() && st->st_uid != ds.st_uid) {
-        errno = EACCES;
-        return -1;
-    }
-    return 0;
-}
-
-enum { DUMP_REPLACE, DUMP_IN_PLACE, DUMP_THROUGH_LINK, DUMP_TO_FD };
-
-/* Where a dump to `path` goes.  A regular file, or nothing yet:
- * DUMP_REPLACE with that path in `out` (*mode: the file's permission bits,
- * or -1), to be replaced through a temporary.  A symbolic link is followed
- * (up to 40 links; in a sticky world-writable directory only our own or the
- * directory owner's) and the file it leads to is replaced, not the link.
- * One of our descriptors (/dev/stdout, /proc/self/fd/N): DUMP_TO_FD with
- * the descriptor in *fd, written at its offset (">>" appends), never
- * reopened or replaced.  Anything else — a device such as /dev/null, a
- * FIFO, a directory — DUMP_IN_PLACE: renaming over it would replace the
- * node itself (as root, /dev/null for the whole machine), so the dump is
- * written into `out`.  -1 with errno on failure. */
-static int dump_target(const char *path, char *out, char *link, int *fd, int *mode)
-{
-    size_t n = pm_fmt_strlen(path);
-    *mode = -1;
-    if (n >= DUMP_PATH_CAP) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (size_t i = 0; i <= n; i++) out[i] = path[i];
-    for (int depth = 0; depth <= 40; depth++) {
-        if ((*fd = own_fd_path(out)) >= 0) return DUMP_TO_FD;
-        struct stat st;
-        if (lstat(out, &st) != 0) return errno == ENOENT ? DUMP_REPLACE : -1;
-        if (S_ISREG(st.st_mode)) {
-            *mode = (int)(st.st_mode & 0777);
-            return DUMP_REPLACE;
-        }
-        if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
-        if (may_follow(out, &st, link) != 0) return -1;
-        ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
-        if (len <= 0) return -1;
-        link[len] = 0;
-        /* a /proc link whose target is no path (/proc/thread-self/fd/1 ->
-         * "pipe:[N]") to something that is no regular file: written in
-         * place through it.  Only those: any other link is resolved here,
-         * each one checked, and the end opened without following links (a
-         * chain through a link another user planted, or one swapped in
-         * meanwhile, got written through) */
-        if (after(out, "/proc/") && link[0] != '/' && stat(out, &st) == 0 && !S_ISREG(st.st_mode))
-            return DUMP_THROUGH_LINK;
-        /* a relative link is relative to the link's directory */
-        size_t dir = link[0] == '/' ? 0 : dir_len(out);
-        if (dir + (size_t)len >= DUMP_PATH_CAP) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        for (ssize_t i = 0; i <= len; i++) out[dir + (size_t)i] = link[i];
-    }
-    errno = ELOOP;
-    return -1;
-}
-
-/* Writes the dump into a descriptor that is not a regular file of ours.  A
- * pipe whose reader has gone (/dev/stdout into `| head`) fails with EPIPE:
- * SIGPIPE is blocked meanwhile and the one the write raised taken back, so
- * a dump never kills the program.  `shared`: one of the program's own
- * descriptors, which other threads may be dumping into too: they take turns
- * (one lock per descriptor number below 1024), and a dump interrupted by a
- * signal handler that dumps into one again gets EDEADLK, not a hang. */
-static PM_TLS int in_shared_dump;
-
-static int dump_into(int fd, int format, int shared, const pm_prof_view_t *view)
-{
-    pm_lock_t *lock = shared ? &into_locks[(unsigned)fd % INTO_LOCKS] : NULL;
-    if (lock && in_shared_dump) {
-        errno = EDEADLK;
-        return -1;
-    }
-    pm_os_sigpipe_t sp;
-    pm_os_sigpipe_block(&sp);
-    if (lock) {
-        in_shared_dump = 1;
-        pm_lock(lock);
-    }
-    int rc = pm_heapprof_dump_fd_view(fd, format, view);
-    int saved = errno;
-    if (lock) {
-        pm_unlock(lock);
-        in_shared_dump = 0;
-    }
-    pm_os_sigpipe_restore(&sp, rc != 0 && saved == EPIPE);
-    errno = saved;
-    return rc;
-}
-
-/* Writes the dump into an existing node that is not a regular file.
- * O_NONBLOCK: a FIFO without a reader fails with ENXIO instead of blocking
- * the dump forever; the writes themselves block as usual. */
-static int dump_in_place(const char *path, int format, int follow, const pm_prof_view_t *view)
-{
-    /* O_NOFOLLOW unless `path` is a link already checked: a FIFO found at
-     * `path` may have become a link by now (a race in a shared directory) */
-    int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
-    if (fd < 0) return -1;
-    int flags = fcntl(fd, F_GETFL);
-    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format, 0, view);
-    int saved = errno;
-    pm_os_close(fd);
-    errno = saved;
-    return rc;
-}
-
-/* Writes the dump to a temporary beside `target` (a regular file or none
- * yet) and renames it over `target`: never half-written.  The replaced
- * file's permission bits carry over (mode >= 0). */
-static int dump_replacing(const char *target, char *tmp, int format, int mode, const pm_prof_view_t *view)
-{
-    int fd = open_temp(target, tmp, DUMP_PATH_CAP);
-    if (fd < 0) return -1;
-    int rc = mode >= 0 ? fchmod(fd, (mode_t)mode) : 0;
-    if (rc == 0) rc = pm_heapprof_dump_fd_view(fd, format, view);
-    if (rc == 0) rc = pm_os_fsync(fd);
-    int saved = errno;
-    if (pm_os_close(fd) != 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc == 0 && pm_os_rename(tmp, target) != 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc != 0) pm_os_unlink(tmp);
-    errno = saved;
-    return rc;
-}
-
-PM_EXPORT int profmalloc_dump(const char *path) { return pm_heapprof_dump_view(path, -1, NULL); }
-
-/* profmalloc_dump in `format` (-1: by the path's name) showing `view`. */
-int pm_heapprof_dump_view(const char *path, int format, const pm_prof_view_t *view)
-{
-    if (!path || !*path) {
-        errno = EINVAL;
-        return -1;
-    }
-    int entry_errno = errno; /* a dump that succeeds leaves errno as it found it */
-    if (format < 0) format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
-    /* path buffers are mapped, not on the stack: dumps (and the exit dump)
-     * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
-    char *tmp = pm_os_map(3 * DUMP_PATH_CAP, 0);
-    if (!tmp) {
-        errno = ENOMEM;
-        return -1;
-    }
-    /* not cancelled halfway: a thread cancelled while waiting on a full
-     * pipe kept its descriptor's lock for good, and a temporary behind */
-    int cancel_state;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
-    char *target = tmp + DUMP_PATH_CAP;
-    int fd = -1, mode = -1;
-    int rc = dump_target(path, target, target + DUMP_PATH_CAP, &fd, &mode);
-    if (rc == DUMP_TO_FD)
-        rc = dump_into(fd, format, 1, view);
-    else if (rc == DUMP_IN_PLACE || rc == DUMP_THROUGH_LINK)
-        rc = dump_in_place(target, format, rc == DUMP_THROUGH_LINK, view);
-    else if (rc == DUMP_REPLACE)
-        rc = dump_replacing(target, tmp, format, mode, view);
-    int saved = rc == 0 ? entry_errno : errno;
-    pm_os_unmap(tmp, 3 * DUMP_PATH_CAP);
-    pthread_setcancelstate(cancel_state, NULL);
-    errno = saved;
-    return rc;
-}
-
-int pm_heapprof_expand(const char *pattern, char *out, size_t cap)
-{
-    pm_buf_t b;
-    pm_buf_init(&b, out, cap - 1, -1);
-    for (const char *s = pattern; *s; s++) {
-        if (s[0] == '%' && s[1] == 'p') {
-            pm_buf_u64(&b, (uint64_t)pm_os_getpid());
-            s++;
-        } else if (s[0] == '%' && s[1] == '%') {
-            pm_buf_str(&b, "%");
-            s++;
-        } else {
-            char c[2] = {*s, 0};
-            pm_buf_str(&b, c);
-        }
-    }
-    out[b.len] = 0;
-    return b.truncated ? -1 : 0;
-}
-
-/* Expands %p (pid) and %% in PROFMALLOC_DUMP. */
-void pm_heapprof_at_exit(void)
-{
-    const char *pattern = pm_options.dump_pattern;
-    if (!pattern) return;
-    enum { PATH_CAP = 4096, MSG_CAP = 4200 };
-    char *path = pm_os_map(PATH_CAP + MSG_CAP, 0); /* not on a small stack */
-    if (!path) {
-        pm_os_message("PROFMALLOC_DUMP: could not write the heap profile (no memory)");
-        return;
-    }
-    char *msg = path + PATH_CAP;
-    int err = ENAMETOOLONG;
-    if (pm_heapprof_expand(pattern, path, PATH_CAP) == 0) {
-        if (profmalloc_dump(path) == 0) {
-            pm_os_unmap(path, PATH_CAP + MSG_CAP);
-            return;
-        }
-        err = errno;
-    }
-    /* which file and why (errno's number: strerror may allocate) */
-    pm_buf_t m;
-    pm_buf_init(&m, msg, MSG_CAP - 1, -1);
-    pm_buf_str(&m, "PROFMALLOC_DUMP: could not write the heap profile to ");
-    pm_buf_str(&m, path);
-    pm_buf_str(&m, " (errno ");
-    pm_buf_u64(&m, (uint64_t)err);
-    pm_buf_str(&m, ")");
-    msg[m.len] = 0;
-    pm_os_message(msg);
-    pm_os_unmap(path, PATH_CAP + MSG_CAP);
-}
-
-PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
-{
-    pm_init();
-    if (bytes > INT64_MAX) bytes = INT64_MAX; /* the profile's period is signed */
-    pm_sampler_set_rate(bytes);
-    /* the calling thread switches at once; others at their next slow path */
-    pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_ACTIVE) {
-        t->sample_rate = bytes;
-        t->countdown = pm_sampler_next(&t->rng, bytes);
-    }
-}
-
-PM_EXPORT size_t profmalloc_get_sample_rate(void)
-{
-    pm_init();
-    return (size_t)pm_sampler_rate();
 }
