@@ -30,7 +30,7 @@
 extern char **environ;
 
 /* System calls the allocator made, with their bytes (profmalloc_get_stats_ex). */
-static _Atomic uint64_t os_counts[8];
+static _Atomic uint64_t os_counts[10];
 static _Atomic uint64_t os_net, os_peak; /* bytes mapped now, and at most */
 
 void pm_os_counts(pm_os_counts_t *out)
@@ -44,6 +44,8 @@ void pm_os_counts(pm_os_counts_t *out)
     out->mremap_calls = pm_relaxed_load(&os_counts[6]);
     out->mremap_bytes = pm_relaxed_load(&os_counts[7]);
     out->peak_mapped = pm_relaxed_load(&os_peak);
+    out->reuse_calls = pm_relaxed_load(&os_counts[8]);
+    out->reuse_bytes = pm_relaxed_load(&os_counts[9]);
 }
 
 static void net_add(int64_t delta)
@@ -57,6 +59,12 @@ static void count(int which, uint64_t bytes)
 {
     pm_relaxed_add(&os_counts[which], 1);
     pm_relaxed_add(&os_counts[which + 1], bytes);
+}
+
+void pm_os_note_reuse(uintptr_t addr, size_t bytes)
+{
+    count(8, bytes);
+    PM_USDT2(memory_heap_more, addr, bytes);
 }
 
 /* errno is kept on every path: a malloc that succeeds after a failed
