@@ -112,8 +112,9 @@ typedef struct profmalloc_stats_ex {
     uint64_t mremap_calls, mremap_bytes;
     uint64_t nclasses;            /* entries used in classes[] */
     profmalloc_class_stats_t classes[PROFMALLOC_STATS_CLASSES];
-    uint64_t reuse_calls, reuse_bytes; /* pages returned to the OS, then handed
-                                          out again (they fault in again) */
+    uint64_t faultin_calls, faultin_bytes; /* runs handed out whose pages were not
+                                          resident (fresh mappings, or pages
+                                          returned to the OS): they fault in */
 } profmalloc_stats_ex_t;
 int profmalloc_get_stats_ex(profmalloc_stats_ex_t *out);
 

@@ -44,8 +44,8 @@ void pm_os_counts(pm_os_counts_t *out)
     out->mremap_calls = pm_relaxed_load(&os_counts[6]);
     out->mremap_bytes = pm_relaxed_load(&os_counts[7]);
     out->peak_mapped = pm_relaxed_load(&os_peak);
-    out->reuse_calls = pm_relaxed_load(&os_counts[8]);
-    out->reuse_bytes = pm_relaxed_load(&os_counts[9]);
+    out->faultin_calls = pm_relaxed_load(&os_counts[8]);
+    out->faultin_bytes = pm_relaxed_load(&os_counts[9]);
 }
 
 static void net_add(int64_t delta)
@@ -61,7 +61,7 @@ static void count(int which, uint64_t bytes)
     pm_relaxed_add(&os_counts[which + 1], bytes);
 }
 
-void pm_os_note_reuse(uintptr_t addr, size_t bytes)
+void pm_os_note_faultin(uintptr_t addr, size_t bytes)
 {
     count(8, bytes);
     PM_USDT2(memory_heap_more, addr, bytes);

@@ -357,7 +357,7 @@ static void cut_front_locked(pm_span_t *s, size_t n, pm_age_t age)
         s->npages = n;
     }
     s->zeroed = s->state == PM_SPAN_RETURNED;
-    if (s->zeroed) pm_os_note_reuse(s->page << PM_PAGE_SHIFT, s->npages << PM_PAGE_SHIFT);
+    if (s->zeroed) pm_os_note_faultin(s->page << PM_PAGE_SHIFT, s->npages << PM_PAGE_SHIFT);
     s->state = PM_SPAN_IN_USE;
     mark_ends(s);
 }

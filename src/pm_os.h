@@ -82,12 +82,13 @@ typedef struct pm_os_counts {
     uint64_t mmap_calls, mmap_bytes, munmap_calls, munmap_bytes;
     uint64_t madvise_calls, madvise_bytes, mremap_calls, mremap_bytes;
     uint64_t peak_mapped; /* most bytes mapped at once by pm_os_map */
-    uint64_t reuse_calls, reuse_bytes; /* released pages taken back into use */
+    uint64_t faultin_calls, faultin_bytes; /* non-resident runs handed out */
 } pm_os_counts_t;
 void pm_os_counts(pm_os_counts_t *out);
-/* The page heap hands out pages it had returned to the OS: they fault in
- * again (counted, and the memory_heap_more probe). */
-void pm_os_note_reuse(uintptr_t addr, size_t bytes);
+/* The page heap hands out a run that is not resident (fresh from mmap, or
+ * returned to the OS before): it faults in when touched (counted, and the
+ * memory_heap_more probe). */
+void pm_os_note_faultin(uintptr_t addr, size_t bytes);
 
 /* Writes "profmalloc: <msg>\n" to stderr. */
 void pm_os_message(const char *msg);

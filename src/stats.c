@@ -109,8 +109,8 @@ static void collect_ex(profmalloc_stats_ex_t *x)
     x->madvise_bytes = os.madvise_bytes;
     x->mremap_calls = os.mremap_calls;
     x->mremap_bytes = os.mremap_bytes;
-    x->reuse_calls = os.reuse_calls;
-    x->reuse_bytes = os.reuse_bytes;
+    x->faultin_calls = os.faultin_calls;
+    x->faultin_bytes = os.faultin_bytes;
 }
 
 PM_EXPORT int profmalloc_get_stats_ex(profmalloc_stats_ex_t *out)
@@ -238,10 +238,10 @@ static void text_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
     pm_buf_str(b, " (");
     pm_buf_u64(b, x->mremap_bytes);
     pm_buf_str(b, " B)\n");
-    pm_buf_str(b, "  released, reused = ");
-    pm_buf_u64(b, x->reuse_calls);
+    pm_buf_str(b, "  faulted-in runs  = ");
+    pm_buf_u64(b, x->faultin_calls);
     pm_buf_str(b, " (");
-    pm_buf_u64(b, x->reuse_bytes);
+    pm_buf_u64(b, x->faultin_bytes);
     pm_buf_str(b, " B)\n");
     pm_buf_str(b, "  class    size   spans  in use  tcache central frag bytes lock waits\n");
     for (uint64_t i = 0; i < x->nclasses; i++) {
@@ -303,8 +303,8 @@ static void json_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
     json_u64(b, "madvise_bytes", x->madvise_bytes, 1);
     json_u64(b, "mremap_calls", x->mremap_calls, 1);
     json_u64(b, "mremap_bytes", x->mremap_bytes, 1);
-    json_u64(b, "reuse_calls", x->reuse_calls, 1);
-    json_u64(b, "reuse_bytes", x->reuse_bytes, 0);
+    json_u64(b, "faultin_calls", x->faultin_calls, 1);
+    json_u64(b, "faultin_bytes", x->faultin_bytes, 0);
     pm_buf_str(b, "},\"classes\":[");
     int first = 1;
     for (uint64_t i = 0; i < x->nclasses; i++) {

@@ -590,7 +590,7 @@ static void test_stats_move_with_allocations(void **state)
                  (unsigned long long)c->mremap_bytes, (unsigned long long)d->mremap_bytes);
     assert_true(d->munmap_bytes + d->madvise_bytes >= c->munmap_bytes + c->madvise_bytes + (60 << 20));
     assert_true(d->peak_mapped >= (256 << 20));
-    /* a run released (madvised) and handed out again: a reuse, its bytes */
+    /* a run released (madvised) and handed out again faults in: counted */
     static void *volatile run[3];
     for (int i = 0; i < 3; i++) run[i] = malloc(512 << 10), memset((void *)run[i], 1, 512 << 10);
     free((void *)run[1]);
@@ -599,7 +599,7 @@ static void test_stats_move_with_allocations(void **state)
     run[1] = malloc(512 << 10);
     profmalloc_stats_ex_t *r2 = stats_now();
     assert_true(r1->madvise_bytes >= 512 << 10);
-    assert_true(r2->reuse_calls > r1->reuse_calls && r2->reuse_bytes >= r1->reuse_bytes + (512 << 10));
+    assert_true(r2->faultin_calls > r1->faultin_calls && r2->faultin_bytes >= r1->faultin_bytes + (512 << 10));
     for (int i = 0; i < 3; i++) free((void *)run[i]);
     free(r1), free(r2);
     /* ABI by size: an older, shorter struct is filled only as far as it goes */
