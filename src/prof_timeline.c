@@ -23,7 +23,7 @@ typedef struct top_site {
 } top_site_t;
 
 static struct {
-    int on;
+    _Atomic int on;                /* cleared at exit, and after a failed write */
     _Atomic int busy;
     _Atomic uint64_t next_ns;      /* monotonic time of the next record */
     _Atomic uint64_t iv_max;       /* the minimum: pm_sites_live_low */
@@ -46,7 +46,7 @@ static struct {
 
 void pm_timeline_init(void)
 {
-    tl.on = pm_options.timeline != NULL;
+    atomic_store_explicit(&tl.on, pm_options.timeline != NULL, memory_order_relaxed);
     tl.start_mono = pm_os_monotonic_ns();
     tl.start_real = pm_os_now_ns();
 }
@@ -188,7 +188,10 @@ static void emit(const char *text, size_t len)
     tl.size += len;
     return;
 fail:
-    if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not write the timeline");
+    /* stopped: a record cut short by a full disk must stay the file's last,
+     * as after a crash, or the next would run on from its middle */
+    if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not write the timeline; stopped");
+    atomic_store(&tl.on, 0);
 }
 
 /* ---- records ------------------------------------------------------------ */
@@ -269,7 +272,10 @@ static void record(uint64_t now, int at_exit)
         tl.pk_max = tl.pk_rec = 0;
         atomic_store(&tl.capture_at, 0);
         if (tl.failed || start_file(!child) != 0) {
-            if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not open the timeline");
+            if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not write the timeline; stopped");
+            if (tl.fd >= 0) pm_os_close(tl.fd);
+            tl.fd = -1;
+            atomic_store(&tl.on, 0);
             return;
         }
     }
@@ -326,7 +332,7 @@ static void record(uint64_t now, int at_exit)
 
 void pm_timeline_tick(void)
 {
-    if (!tl.on) return;
+    if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return;
     uint64_t live = pm_hunt_live_bytes();
     on_max(live);
     uint64_t now = pm_os_monotonic_ns();
@@ -361,7 +367,7 @@ void pm_timeline_child(void) { atomic_store(&tl.busy, 0); }
 
 void pm_timeline_at_exit(void)
 {
-    if (!tl.on) return;
+    if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return;
     int idle = 0;
     while (!atomic_compare_exchange_weak(&tl.busy, &idle, 1)) {
         idle = 0;
@@ -380,7 +386,7 @@ void pm_timeline_at_exit(void)
         pm_os_close(tl.fd);
         tl.fd = -1;
     }
-    tl.on = 0;
+    atomic_store(&tl.on, 0);
     atomic_store(&tl.busy, 0);
 }
 

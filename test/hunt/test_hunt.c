@@ -510,6 +510,21 @@ static void test_timeline_rotates(void **state)
     assert_int_equal(access(in_work("rot.tl.2"), F_OK), -1);
 }
 
+/* A write that fails (a full disk: /dev/full) stops the timeline, said
+ * once: nothing may follow a record cut short. */
+static void test_timeline_stops_on_write_error(void **state)
+{
+    (void)state;
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=4k", "PROFMALLOC_TIMELINE=/dev/full", "PROFMALLOC_TIMELINE_INTERVAL=1",
+                         NULL};
+    const char *args[] = {"ticks", "20", NULL};
+    char err[4096];
+    assert_int_equal(run(env, args, err, sizeof err), 0);
+    const char *m = strstr(err, "PROFMALLOC_TIMELINE: could not write the timeline; stopped");
+    if (!m) fail_msg("stderr:\n%s", err);
+    assert_null(strstr(m + 1, "PROFMALLOC_TIMELINE"));
+}
+
 static void test_timeline_in_forked_child(void **state)
 {
     (void)state;
@@ -778,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_timeline_survives_sigkill),
         cmocka_unit_test(test_timeline_rotates),
         cmocka_unit_test(test_timeline_in_forked_child),
+        cmocka_unit_test(test_timeline_stops_on_write_error),
         cmocka_unit_test(test_stats_move_with_allocations),
         cmocka_unit_test(test_lock_waits_rise_under_two_threads),
         cmocka_unit_test(test_stats_print_and_malloc_info),
