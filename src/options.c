@@ -17,6 +17,7 @@ pm_options_t pm_options = {
     .timeline_max = 64u << 20,
     .timeline_keep = 3,
     .timeline_sites = 16,
+    .timeline_peak_seconds = 10,
     .hp_alloc_interval = (uint64_t)1 << 30,
     .hp_inuse_interval = 100u << 20,
 };
@@ -71,6 +72,8 @@ static const struct option {
      "rotated timeline parts kept, 0 to 99 (default 3)", NULL},
     {"PROFMALLOC_TIMELINE_SITES", COUNT, &pm_options.timeline_sites,
      "sites listed at each timeline peak, 1 to 64 (default 16)", NULL},
+    {"PROFMALLOC_TIMELINE_PEAK_SECONDS", COUNT, &pm_options.timeline_peak_seconds,
+     "while live bytes only rise, their top sites at least this often; 0 never (default 10)", NULL},
     {"HEAPPROFILE", PATTERN, &pm_options.heapprofile,
      "gperftools: write <prefix>.0001.heap, ... (implies PROFMALLOC_SAMPLE_RATE=1)", NULL},
     {"HEAP_PROFILE_ALLOCATION_INTERVAL", COUNT, &pm_options.hp_alloc_interval,

@@ -36,6 +36,7 @@ typedef struct pm_options {
     uint64_t dump_signal;      /* PROFMALLOC_DUMP_SIGNAL, 0: none */
     const char *timeline;      /* PROFMALLOC_TIMELINE */
     uint64_t timeline_interval_ms, timeline_max, timeline_keep, timeline_sites;
+    uint64_t timeline_peak_seconds; /* a rise's sites at least this often */
     const char *heapprofile;   /* HEAPPROFILE (gperftools) */
     uint64_t hp_alloc_interval, hp_inuse_interval, hp_time_interval, hp_signal;
 } pm_options_t;

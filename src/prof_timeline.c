@@ -37,6 +37,7 @@ static struct {
     /* local peak: the highest live bytes since the last peak written, and
      * the top sites at the record that saw it */
     uint64_t pk_max, pk_t, pk_rec; /* pk_rec: pk_max as of the last record */
+    uint64_t pk_written;           /* t_ms of the last peak block */
     _Atomic uint64_t capture_at;   /* live bytes at which the sites are captured next */
     int pk_have;
     top_site_t pk_sites[SITES_MAX];
@@ -269,7 +270,7 @@ static void record(uint64_t now, int at_exit)
         if (child) pm_os_close(tl.fd);
         tl.fd = -1;
         tl.pk_have = 0;
-        tl.pk_max = tl.pk_rec = 0;
+        tl.pk_max = tl.pk_rec = tl.pk_written = 0;
         atomic_store(&tl.capture_at, 0);
         if (tl.failed || start_file(!child) != 0) {
             if (!tl.failed++) pm_os_message("PROFMALLOC_TIMELINE: could not write the timeline; stopped");
@@ -326,6 +327,14 @@ static void record(uint64_t now, int at_exit)
         write_peak();
         tl.pk_max = live; /* the next peak is a rise from here */
         atomic_store_explicit(&tl.capture_at, live + live / 20 + CAPTURE_STEP, memory_order_relaxed);
+        tl.pk_written = t;
+    } else if (tl.pk_have && pm_options.timeline_peak_seconds &&
+               t >= tl.pk_written + pm_options.timeline_peak_seconds * 1000) {
+        /* a rise without a fall (a leak) still shows its sites this often:
+         * the highest so far, the next from the next 5 % up
+         * (test_timeline_sites_while_rising) */
+        write_peak();
+        tl.pk_written = t;
     }
     tl.pk_rec = tl.pk_max;
 }

@@ -155,6 +155,13 @@ int main(int argc, char **argv)
         int st;
         return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 4;
     }
+    if (!strcmp(mode, "grow")) { /* argv[2] rounds keeping 64 KiB, each longer than 2 ms */
+        for (int i = 0, n = atoi(argv[2]); i < n; i++) {
+            for (int k = 0; k < 16; k++) sink = malloc(4096); /* kept */
+            nap_ms(2);
+        }
+        return 0;
+    }
     if (!strcmp(mode, "ticks")) { /* argv[2] rounds of 64 KiB, each longer than 1 ms */
         for (int i = 0, n = atoi(argv[2]); i < n; i++) {
             churn_site(64 << 10);

@@ -510,6 +510,30 @@ static void test_timeline_rotates(void **state)
     assert_int_equal(access(in_work("rot.tl.2"), F_OK), -1);
 }
 
+/* Live bytes that only rise (a leak) still show their top sites, at least
+ * every PROFMALLOC_TIMELINE_PEAK_SECONDS. */
+static void test_timeline_sites_while_rising(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=16k", "PROFMALLOC_TIMELINE=up.tl", "PROFMALLOC_TIMELINE_PEAK_SECONDS=1",
+                         NULL};
+    const char *args[] = {"grow", "800", NULL}; /* 50 MB over 1.6 s or more */
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    static profmalloc_timeline_point_t v[10000];
+    long n = read_timeline(in_work("up.tl"), v, 10000);
+    int peaks = 0;
+    uint64_t last = 0;
+    for (long i = 0; i < n; i++)
+        if (v[i].kind == 'P') {
+            assert_true(v[i].live > last);
+            last = v[i].live;
+            peaks++;
+        }
+    /* one after a second of rising, and the last, at exit */
+    if (peaks < 2) fail_msg("%d peak blocks while rising", peaks);
+}
+
 /* A write that fails (a full disk: /dev/full) stops the timeline, said
  * once: nothing may follow a record cut short. */
 static void test_timeline_stops_on_write_error(void **state)
@@ -794,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_timeline_rotates),
         cmocka_unit_test(test_timeline_in_forked_child),
         cmocka_unit_test(test_timeline_stops_on_write_error),
+        cmocka_unit_test(test_timeline_sites_while_rising),
         cmocka_unit_test(test_stats_move_with_allocations),
         cmocka_unit_test(test_lock_waits_rise_under_two_threads),
         cmocka_unit_test(test_stats_print_and_malloc_info),
