@@ -29,7 +29,7 @@
  *                            on stderr; a path: their profile
  *   PROFMALLOC_DUMP_EVERY_BYTES, _EVERY_INUSE, _EVERY_SECONDS, _SIGNAL,
  *   PROFMALLOC_DUMP_PREFIX   numbered dumps on a trigger
- *   PROFMALLOC_TIMELINE (_INTERVAL, _MAX, _KEEP, _SITES)  a log of live
+ *   PROFMALLOC_TIMELINE (_INTERVAL, _MAX, _KEEP, _SITES, _PEAK_SECONDS) a log of live
  *                            bytes and of the sites at each local peak
  *   HEAPPROFILE and gperftools' HEAP_PROFILE_* variables, as gperftools
  *                            reads them
