@@ -46,6 +46,7 @@ typedef struct pm_site_copy {
     pm_site_count_t *v;
     size_t n, bytes;
 } pm_site_copy_t;
+/* Fills c (zeroed, or a copy whose memory is reused when big enough). */
 int pm_hunt_copy_take(pm_site_copy_t *c);
 void pm_hunt_copy_free(pm_site_copy_t *c);
 void pm_hunt_init(void);

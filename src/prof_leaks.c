@@ -113,7 +113,7 @@ static void num(pm_buf_t *b, double v) { pm_buf_u64(b, v > 0 ? (uint64_t)(v + 0.
 
 static void report(void)
 {
-    pm_site_copy_t c;
+    pm_site_copy_t c = {0};
     if (pm_hunt_copy_take(&c) != 0) {
         pm_os_message("PROFMALLOC_LEAKS: no memory for the report");
         return;

@@ -63,20 +63,25 @@ static void sort_by_site(pm_site_count_t *v, size_t n)
 int pm_hunt_copy_take(pm_site_copy_t *c)
 {
     for (;;) {
-        size_t want = pm_sites_count() + 64;
-        size_t bytes = want * sizeof(pm_site_count_t);
-        pm_site_count_t *v = pm_os_map(bytes, 0);
-        if (!v) {
-            errno = ENOMEM;
-            return -1;
+        size_t bytes = (pm_sites_count() + 64) * sizeof(pm_site_count_t);
+        if (c->bytes < bytes) {
+            /* twice what it held: each mapping between the heap's own
+             * mappings keeps them from merging (test_big_alignment_
+             * mappings_merge), so few of them */
+            size_t cap = bytes > 2 * c->bytes ? bytes : 2 * c->bytes;
+            pm_hunt_copy_free(c);
+            c->v = pm_os_map(cap, 0);
+            if (!c->v) {
+                errno = ENOMEM;
+                return -1;
+            }
+            c->bytes = cap;
         }
-        size_t n = pm_sites_copy(v, want);
-        if (n > want) { /* sites were added meanwhile */
-            pm_os_unmap(v, bytes);
-            continue;
-        }
-        sort_by_site(v, n);
-        *c = (pm_site_copy_t){v, n, bytes};
+        size_t room = c->bytes / sizeof(pm_site_count_t);
+        size_t n = pm_sites_copy(c->v, room);
+        if (n > room) continue; /* sites were added meanwhile */
+        sort_by_site(c->v, n);
+        c->n = n;
         return 0;
     }
 }
@@ -87,7 +92,8 @@ void pm_hunt_copy_free(pm_site_copy_t *c)
     *c = (pm_site_copy_t){0};
 }
 
-/* Replaces h's copy with c (taken by the caller), recording when. */
+/* Swaps c (taken by the caller) with h's copy, recording when; the caller
+ * gets the old copy's memory back in c, to reuse or free. */
 static void hold(held_copy_t *h, pm_site_copy_t *c, uint64_t estimate)
 {
     profmalloc_stats_t s;
@@ -101,7 +107,7 @@ static void hold(held_copy_t *h, pm_site_copy_t *c, uint64_t estimate)
     h->time_ns = now;
     h->taken = 1;
     pm_unlock(&h->lock);
-    pm_hunt_copy_free(&old);
+    *c = old;
 }
 
 /* A private copy of h's copy (memcpy under its lock into memory mapped
@@ -143,9 +149,9 @@ static void peak_check(uint64_t live_fx)
     if (live_fx <= pm_relaxed_load(&next_peak_fx)) return;
     int idle = 0;
     if (!atomic_compare_exchange_strong(&peak_busy, &idle, 1)) return;
-    pm_site_copy_t c;
-    if (pm_hunt_copy_take(&c) == 0) {
-        hold(&peak, &c, live_fx >> PM_FX_SHIFT);
+    static pm_site_copy_t spare; /* the copy before last: its memory reused */
+    if (pm_hunt_copy_take(&spare) == 0) {
+        hold(&peak, &spare, live_fx >> PM_FX_SHIFT);
         atomic_store_explicit(&next_peak_fx, live_fx + live_fx / 10 + ((uint64_t)4096 << PM_FX_SHIFT),
                               memory_order_relaxed);
     }
@@ -247,9 +253,10 @@ PM_EXPORT int profmalloc_dump_peak(const char *path) { return dump_held(&peak, p
 PM_EXPORT int profmalloc_mark(void)
 {
     pm_init();
-    pm_site_copy_t c;
+    pm_site_copy_t c = {0};
     if (pm_hunt_copy_take(&c) != 0) return -1;
     hold(&mark, &c, pm_hunt_live_bytes());
+    pm_hunt_copy_free(&c); /* the previous mark's */
     return 0;
 }
 

@@ -200,7 +200,7 @@ fail:
 /* The top sites by live bytes now, into pk_sites. */
 static void capture(void)
 {
-    pm_site_copy_t c;
+    static pm_site_copy_t c; /* its memory reused from capture to capture */
     tl.pk_n = 0;
     if (pm_hunt_copy_take(&c) != 0) return;
     size_t k = pm_options.timeline_sites;
@@ -218,7 +218,6 @@ static void capture(void)
         }
         tl.pk_sites[j] = t;
     }
-    pm_hunt_copy_free(&c);
 }
 
 static void write_peak(void)
