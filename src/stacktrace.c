@@ -1310,7 +1310,11 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
             skip--;
         else
             pcs[n++] = fr.pc;
-        if (n == max || step_dwarf(&fr, lo, hi, &touched) != STEP_OK) break;
+        if (n == max) break;
+        if (step_dwarf(&fr, lo, hi, &touched) != STEP_OK) {
+            if (!skip) n += pm_unwind_go(fr.pc, fr.sp, fr.bp, pcs + n, max - n); /* cgo's callers */
+            break;
+        }
     }
     give_back_tables(touched);
     return n;

@@ -6,10 +6,14 @@
 ST_DIR := $(BUILD)/test/stacktrace
 ST_HDRS := src/pm.h src/pm_stacktrace.h src/pm_elf.h
 ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls $(PM_NOSPLIT)
-ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
+ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/prof_unwind_go.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
 	$(ST_DIR)/test_stacktrace.o
 
 $(ST_DIR)/stacktrace.o: src/stacktrace.c $(ST_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) -c $< -o $@
+
+$(ST_DIR)/prof_unwind_go.o: src/prof_unwind_go.c $(ST_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 

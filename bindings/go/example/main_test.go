@@ -73,6 +73,16 @@ func TestLeakFoundThroughHandler(t *testing.T) {
 	if !strings.Contains(out, "cache_put") {
 		t.Fatalf("cache_put is not in the C heap profile:\n%s", out)
 	}
+	// the C stacks continue into Go (src/prof_unwind_go.c): the handler
+	// that called cache_put is on copy_value's stack.  Go functions named
+	// by the process (net/http/pprof's symbol handler): go test links its
+	// binary with -s -w, and pprof misnames Go code in such a binary.
+	traces := pprofTop(t, srv.URL+"/debug/pprof/cheap", "-symbolize=remote", "-focus=copy_value", "-cum", "-nodecount=100")
+	for _, fn := range []string{"runtime.cgocall", "._Cfunc_cache_put", ".store", ".handlePut", "net/http.HandlerFunc.ServeHTTP"} {
+		if !strings.Contains(traces, fn) {
+			t.Fatalf("%s is not on copy_value's stack:\n%s", fn, traces)
+		}
+	}
 	// what net/http/pprof alone shows: the Go heap, without the leak
 	goOut := pprofTop(t, srv.URL+"/debug/pprof/heap?gc=1")
 	if strings.Contains(goOut, "copy_value") {
