@@ -20,6 +20,15 @@ static const uint8_t code[] = {
 };
 #define RET ((uintptr_t)(code + 16 + 25)) /* after CALL AX */
 
+/* the later layout: g at 8(SP), depth at 0(SP), CALL asmcgocall_landingpad */
+static const uint8_t code2[] = {
+    0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+    0x48, 0x89, 0x7c, 0x24, 0x08, 0x48, 0x8b, 0x7f, 0x08, 0x48, 0x29, 0xd7, 0x48, 0x89, 0x3c, 0x24,
+    0xe8, 0x12, 0x34, 0x56, 0x78,
+    0xc3, 0xc3, 0xc3, 0xc3,
+};
+#define RET2 ((uintptr_t)(code2 + 16 + 21))
+
 struct world {
     uintptr_t gstack[64]; /* the goroutine's stack: [lo, hi) */
     uintptr_t g[2];       /* g.stack.lo, g.stack.hi */
@@ -63,6 +72,30 @@ static void test_continues_onto_goroutine_stack(void **state)
     assert_int_equal(pcs[3], 0x4444);
     assert_int_equal(unwind(&w, RET, pcs, 2), 2);
     assert_int_equal(unwind(&w, RET, pcs, 0), 0);
+}
+
+static void test_later_layout(void **state)
+{
+    (void)state;
+    static struct world w;
+    static uint8_t other[sizeof code2];
+    uintptr_t pcs[16];
+    build(&w);
+    w.sys[0] = w.sys[5]; /* depth at 0(SP), g at 8(SP) */
+    w.sys[1] = w.sys[6];
+    w.sys[5] = w.sys[6] = 0;
+    assert_int_equal(unwind(&w, RET2, pcs, 16), 4);
+    assert_int_equal(pcs[0], 0x1111);
+    assert_int_equal(pcs[3], 0x4444);
+    assert_int_equal(unwind(&w, RET, pcs, 16), 0); /* the older layout's slots are empty */
+    memcpy(other, code2, sizeof code2);
+    other[16 + 20] ^= 0xff; /* the call's target: any */
+    assert_int_equal(unwind(&w, (uintptr_t)(other + 16 + 21), pcs, 16), 4);
+    for (size_t i = 16; i < 16 + 17; i++) {
+        memcpy(other, code2, sizeof code2);
+        other[i] ^= 1;
+        assert_int_equal(unwind(&w, (uintptr_t)(other + 16 + 21), pcs, 16), 0);
+    }
 }
 
 static void test_stops_where_not_recognised(void **state)
@@ -114,6 +147,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_continues_onto_goroutine_stack),
+        cmocka_unit_test(test_later_layout),
         cmocka_unit_test(test_stops_where_not_recognised),
         cmocka_unit_test(test_frame_chain_bounded),
     };
