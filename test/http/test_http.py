@@ -238,8 +238,8 @@ def test_allocs(t):
     p = parse_profile(body)
     assert p["default"] == "alloc_space"
     assert p["types"] == ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]
-    # the leaky site frees most of what it took: allocated > in use
-    assert site_values(p, "http_leaky_site", "alloc_space") > site_values(p, "http_leaky_site", "inuse_space")
+    assert site_values(p, "http_leaky_site", "alloc_space") >= site_values(p, "http_leaky_site", "inuse_space") > 0
+    assert all(v[0] >= v[2] and v[1] >= v[3] for v, _ in p["samples"])  # allocated >= in use
 
 
 def test_heap_seconds_delta(t):
