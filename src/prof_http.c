@@ -8,7 +8,8 @@
  * Lock: ctl_lock orders start and stop; the server thread takes none of
  * its own (doc/design.md, "The HTTP endpoint"). */
 #include "pm_internal.h"
-#include "pm_pprof.h"
+#include "pm_prof_encode.h"
+#include "pm_prof_pprof.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -111,59 +112,8 @@ static int send_all(int fd, const void *data, size_t len, uint64_t start_ns)
 
 /* ---- gzip (stored blocks) and profile.proto, read and written ---------- */
 
-typedef struct bytes {
-    uint8_t *p;
-    size_t len, cap;
-    int failed;
-} bytes_t;
-
-static int bytes_room(bytes_t *b, size_t extra)
-{
-    if (b->failed) return 0;
-    if (b->len + extra <= b->cap) return 1;
-    size_t cap = b->cap ? b->cap : 64 << 10;
-    while (cap < b->len + extra) cap *= 2;
-    uint8_t *p = pm_os_map(cap, 0);
-    if (!p) {
-        b->failed = 1;
-        return 0;
-    }
-    if (b->len) memcpy(p, b->p, b->len);
-    if (b->p) pm_os_unmap(b->p, b->cap);
-    b->p = p;
-    b->cap = cap;
-    return 1;
-}
-
-static void bytes_put(bytes_t *b, const void *d, size_t n)
-{
-    if (n && bytes_room(b, n)) {
-        memcpy(b->p + b->len, d, n);
-        b->len += n;
-    }
-}
-
-static void bytes_free(bytes_t *b)
-{
-    if (b->p) pm_os_unmap(b->p, b->cap);
-    *b = (bytes_t){0};
-}
-
-static void put_varint(bytes_t *b, uint64_t v)
-{
-    uint8_t t[10];
-    size_t n = 0;
-    do {
-        t[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    bytes_put(b, t, n);
-}
-
-static void put_key(bytes_t *b, unsigned field, unsigned wire) { put_varint(b, (uint64_t)field << 3 | wire); }
-
 /* The profile inside our own writer's gzip (stored blocks only). */
-static int gunzip_stored(const uint8_t *z, size_t n, bytes_t *out)
+static int gunzip_stored(const uint8_t *z, size_t n, pm_ebuf_t *out)
 {
     if (n < 18 || z[0] != 0x1f || z[1] != 0x8b || z[2] != 8 || z[3] != 0) return -1;
     size_t off = 10;
@@ -173,38 +123,11 @@ static int gunzip_stored(const uint8_t *z, size_t n, bytes_t *out)
         size_t len = z[off + 1] | (size_t)z[off + 2] << 8;
         size_t nlen = z[off + 3] | (size_t)z[off + 4] << 8;
         if (type != 0 || (len ^ nlen) != 0xffff || off + 5 + len > n) return -1;
-        bytes_put(out, z + off + 5, len);
+        pm_encode_put(out, z + off + 5, len);
         off += 5 + len;
         if (final) break;
     }
     return out->failed ? -1 : 0;
-}
-
-static int gzip_stored(int fd, const uint8_t *data, size_t len)
-{
-    static const uint8_t header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
-    uint32_t table[256], crc = 0xffffffffu;
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        table[i] = c;
-    }
-    if (pm_os_write_all(fd, header, sizeof header)) return -1;
-    size_t off = 0;
-    do {
-        size_t n = len - off > 65535 ? 65535 : len - off;
-        uint8_t bh[5] = {off + n == len, (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)~n,
-                         (uint8_t)(~n >> 8)};
-        for (size_t i = 0; i < n; i++) crc = table[(crc ^ data[off + i]) & 0xff] ^ (crc >> 8);
-        if (pm_os_write_all(fd, bh, sizeof bh) || pm_os_write_all(fd, data + off, n)) return -1;
-        off += n;
-    } while (off < len);
-    uint8_t tr[8];
-    for (int i = 0; i < 4; i++) {
-        tr[i] = (uint8_t)(~crc >> (8 * i));
-        tr[4 + i] = (uint8_t)(len >> (8 * i));
-    }
-    return pm_os_write_all(fd, tr, sizeof tr);
 }
 
 typedef struct pb {
@@ -292,8 +215,8 @@ typedef struct sample {
 } sample_t;
 
 typedef struct profile {
-    bytes_t raw;                      /* the decompressed message */
-    bytes_t strs, locs, fns, samples; /* arrays of str_t, loc_t, fn_t, sample_t */
+    pm_ebuf_t raw;                      /* the decompressed message */
+    pm_ebuf_t strs, locs, fns, samples; /* arrays of str_t, loc_t, fn_t, sample_t */
     uint64_t time_ns;
 } profile_t;
 
@@ -302,14 +225,14 @@ typedef struct profile {
 
 static void profile_free(profile_t *p)
 {
-    bytes_free(&p->raw);
-    bytes_free(&p->strs);
-    bytes_free(&p->locs);
-    bytes_free(&p->fns);
-    bytes_free(&p->samples);
+    pm_encode_free(&p->raw);
+    pm_encode_free(&p->strs);
+    pm_encode_free(&p->locs);
+    pm_encode_free(&p->fns);
+    pm_encode_free(&p->samples);
 }
 
-static int loc_cmp_sorted(const bytes_t *locs)
+static int loc_cmp_sorted(const pm_ebuf_t *locs)
 {
     const loc_t *l = ARR(*locs, loc_t);
     for (size_t i = 1; i < CNT(*locs, loc_t); i++)
@@ -389,7 +312,7 @@ static int profile_parse(profile_t *p)
     while (next_field(&r, &f)) {
         if (f.num == 6 && f.wire == 2) {
             str_t s = {f.d, f.n};
-            bytes_put(&p->strs, &s, sizeof s);
+            pm_encode_put(&p->strs, &s, sizeof s);
         } else if (f.num == 9 && f.wire == 0) {
             p->time_ns = f.v;
         } else if (f.num == 4 && f.wire == 2) {
@@ -407,7 +330,7 @@ static int profile_parse(profile_t *p)
                 }
             }
             if (lr.bad) return -1;
-            bytes_put(&p->locs, &l, sizeof l);
+            pm_encode_put(&p->locs, &l, sizeof l);
         } else if (f.num == 5 && f.wire == 2) {
             fn_t fn = {0, 0};
             pb_t fr = {f.d, f.d + f.n, 0};
@@ -416,7 +339,7 @@ static int profile_parse(profile_t *p)
                 if (g.num == 1 && g.wire == 0) fn.id = g.v;
                 else if (g.num == 2 && g.wire == 0) fn.name = g.v;
             }
-            bytes_put(&p->fns, &fn, sizeof fn);
+            pm_encode_put(&p->fns, &fn, sizeof fn);
         } else if (f.num == 2 && f.wire == 2) {
             sample_t s = {f.d, f.n, 0, 0, {0}};
             pb_t sr = {f.d, f.d + f.n, 0};
@@ -429,7 +352,7 @@ static int profile_parse(profile_t *p)
                 s.nvalues = n < VALUES_MAX ? n : VALUES_MAX;
                 for (size_t i = 0; i < s.nvalues; i++) s.values[i] = (int64_t)v[i];
             }
-            bytes_put(&p->samples, &s, sizeof s);
+            pm_encode_put(&p->samples, &s, sizeof s);
         }
     }
     if (r.bad || p->strs.failed || p->locs.failed || p->fns.failed || p->samples.failed) return -1;
@@ -461,9 +384,9 @@ static int write_delta(int fd, profile_t *p0, profile_t *p1)
 {
     size_t n0 = CNT(p0->samples, sample_t), slots = 16;
     while (slots < 2 * n0 + 2) slots *= 2;
-    bytes_t table = {0}, out = {0}, msg = {0};
+    pm_ebuf_t table = {0}, out = {0}, msg = {0}, packed = {0};
     int rc = -1;
-    if (!bytes_room(&table, slots * sizeof(uint32_t))) goto done;
+    if (!pm_encode_reserve(&table, slots * sizeof(uint32_t))) goto done;
     uint32_t *slot = (uint32_t *)table.p; /* sample index + 1 */
     memset(slot, 0, slots * sizeof(uint32_t));
     static uint64_t ka[DEPTH_MAX], kb[DEPTH_MAX]; /* the server thread's only */
@@ -477,7 +400,7 @@ static int write_delta(int fd, profile_t *p0, profile_t *p1)
     pb_t r = {p1->raw.p, p1->raw.p + p1->raw.len, 0};
     pb_field_t f;
     while (next_field(&r, &f))
-        if (f.num != 2 && f.num != 9 && f.num != 10) bytes_put(&out, f.start, (size_t)(r.p - f.start));
+        if (f.num != 2 && f.num != 9 && f.num != 10) pm_encode_put(&out, f.start, (size_t)(r.p - f.start));
     sample_t *s1 = ARR(p1->samples, sample_t);
     for (size_t i = 0; i < CNT(p1->samples, sample_t); i++) {
         uint64_t h;
@@ -504,26 +427,27 @@ static int write_delta(int fd, profile_t *p0, profile_t *p1)
         pb_t sr = {s1[i].d, s1[i].d + s1[i].n, 0};
         pb_field_t g;
         while (next_field(&sr, &g))
-            if (g.num != 2) bytes_put(&msg, g.start, (size_t)(sr.p - g.start));
-        bytes_t packed = {0};
-        for (size_t v = 0; v < s1[i].nvalues; v++) put_varint(&packed, (uint64_t)d[v]);
-        put_key(&msg, 2, 2);
-        put_varint(&msg, packed.len);
-        bytes_put(&msg, packed.p, packed.len);
-        bytes_free(&packed);
-        put_key(&out, 2, 2);
-        put_varint(&out, msg.len);
-        bytes_put(&out, msg.p, msg.len);
+            if (g.num != 2) pm_encode_put(&msg, g.start, (size_t)(sr.p - g.start));
+        packed.len = 0;
+        for (size_t v = 0; v < s1[i].nvalues; v++) pm_encode_varint(&packed, (uint64_t)d[v]);
+        pm_encode_key(&msg, 2, 2);
+        pm_encode_varint(&msg, packed.len);
+        pm_encode_put(&msg, packed.p, packed.len);
+        pm_encode_key(&out, 2, 2);
+        pm_encode_varint(&out, msg.len);
+        pm_encode_put(&out, msg.p, msg.len);
     }
-    put_key(&out, 9, 0);
-    put_varint(&out, p1->time_ns);
-    put_key(&out, 10, 0);
-    put_varint(&out, p1->time_ns > p0->time_ns ? p1->time_ns - p0->time_ns : 0);
-    if (!r.bad && !out.failed && !msg.failed && !table.failed) rc = gzip_stored(fd, out.p, out.len);
+    pm_encode_key(&out, 9, 0);
+    pm_encode_varint(&out, p1->time_ns);
+    pm_encode_key(&out, 10, 0);
+    pm_encode_varint(&out, p1->time_ns > p0->time_ns ? p1->time_ns - p0->time_ns : 0);
+    if (!r.bad && !out.failed && !msg.failed && !packed.failed && !table.failed)
+        rc = pm_encode_gzip(fd, out.p, out.len);
 done:
-    bytes_free(&table);
-    bytes_free(&out);
-    bytes_free(&msg);
+    pm_encode_free(&table);
+    pm_encode_free(&out);
+    pm_encode_free(&msg);
+    pm_encode_free(&packed);
     return rc;
 }
 
@@ -533,17 +457,17 @@ static int write_allocs(int fd, const profile_t *p)
     size_t n = CNT(p->strs, str_t), idx = n;
     for (size_t i = 0; i < n; i++)
         if (same((const char *)ARR(p->strs, str_t)[i].p, ARR(p->strs, str_t)[i].n, "alloc_space")) idx = i;
-    bytes_t out = {0};
-    bytes_put(&out, p->raw.p, p->raw.len);
+    pm_ebuf_t out = {0};
+    pm_encode_put(&out, p->raw.p, p->raw.len);
     if (idx == n) {
-        put_key(&out, 6, 2);
-        put_varint(&out, 11);
-        bytes_put(&out, "alloc_space", 11);
+        pm_encode_key(&out, 6, 2);
+        pm_encode_varint(&out, 11);
+        pm_encode_put(&out, "alloc_space", 11);
     }
-    put_key(&out, 14, 0); /* the last value of a field wins */
-    put_varint(&out, idx);
-    int rc = out.failed ? -1 : gzip_stored(fd, out.p, out.len);
-    bytes_free(&out);
+    pm_encode_key(&out, 14, 0); /* the last value of a field wins */
+    pm_encode_varint(&out, idx);
+    int rc = out.failed ? -1 : pm_encode_gzip(fd, out.p, out.len);
+    pm_encode_free(&out);
     return rc;
 }
 
@@ -587,7 +511,7 @@ static int serve_symbols(int body, const char *q, size_t qn)
     pm_buf_t b;
     pm_buf_init(&b, line, sizeof line, body);
     pm_buf_str(&b, "num_symbols: 1\n");
-    bytes_t pcs = {0}, samples = {0};
+    pm_ebuf_t pcs = {0}, samples = {0};
     size_t n = 0;
     for (size_t i = 0; i < qn && n < SYMBOLS_MAX;) {
         size_t j = i;
@@ -611,7 +535,7 @@ static int serve_symbols(int body, const char *q, size_t qn)
         }
         if (ok && v && v != UINT64_MAX) {
             uintptr_t pc = (uintptr_t)v + 1; /* the writer looks up pc - 1 */
-            bytes_put(&pcs, &pc, sizeof pc);
+            pm_encode_put(&pcs, &pc, sizeof pc);
             n++;
         }
         i = j + 1;
@@ -620,7 +544,7 @@ static int serve_symbols(int body, const char *q, size_t qn)
     profile_t p = {0};
     if (n) {
         rc = -1;
-        if (!bytes_room(&samples, n * sizeof(pm_prof_sample_t)) || pcs.failed) goto done;
+        if (!pm_encode_reserve(&samples, n * sizeof(pm_prof_sample_t)) || pcs.failed) goto done;
         pm_prof_sample_t *s = (pm_prof_sample_t *)samples.p;
         for (size_t i = 0; i < n; i++)
             s[i] = (pm_prof_sample_t){.depth = 1, .pcs = (const uintptr_t *)pcs.p + i};
@@ -664,8 +588,8 @@ static int serve_symbols(int body, const char *q, size_t qn)
 done:
     if (tmp >= 0) close(tmp);
     profile_free(&p);
-    bytes_free(&pcs);
-    bytes_free(&samples);
+    pm_encode_free(&pcs);
+    pm_encode_free(&samples);
     return pm_buf_flush(&b) == 0 ? rc : -1;
 }
 
@@ -1069,7 +993,7 @@ static void *server_main(void *arg)
 
 /* "host:port", "[v6]:port" or ":port" (loopback); host 127.0.0.1,
  * localhost, another IPv4 or IPv6 literal.  0, or -1 (EINVAL). */
-int pm_http_parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sl)
+static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sl)
 {
     char host[64];
     const char *colon = NULL, *s = addr;
@@ -1160,7 +1084,7 @@ PM_EXPORT int profmalloc_http_start(const char *addr)
     pm_init();
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (pm_http_parse_addr(addr, &ss, &sl) != 0) {
+    if (parse_addr(addr, &ss, &sl) != 0) {
         errno = EINVAL;
         return -1;
     }

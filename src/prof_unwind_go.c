@@ -7,9 +7,9 @@
  * Recognised only where the instructions before asmcgocall's call of the
  * C function are exactly the ones whose stack layout this file reads (two
  * layouts; the older checked with Go 1.19, doc/cgo.md); anywhere else the
- * stack ends at asmcgocall, as it did before (test_unwind_go). */
+ * stack ends at asmcgocall, as it did before (test_prof_unwind_go). */
 #include "pm.h"
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -59,7 +59,7 @@ static int stack_slot_ok(uintptr_t a, uintptr_t lo, uintptr_t hi)
     return (a & 7) == 0 && a >= lo && a < hi && hi - a >= 16;
 }
 
-int pm_unwind_go(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int max)
+int pm_unwind_go_continue(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int max)
 {
     const struct layout *l = max > 0 ? recognise(pc) : NULL;
     if (!l || (sp & 7)) return 0;
@@ -88,7 +88,7 @@ int pm_unwind_go(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int m
 
 #else
 
-int pm_unwind_go(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int max)
+int pm_unwind_go_continue(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int max)
 {
     (void)pc, (void)sp, (void)bp, (void)pcs, (void)max;
     return 0;

@@ -1,4 +1,4 @@
-/* test_unwind_go.c — src/prof_unwind_go.c on hand-made frames: a "code"
+/* test_prof_unwind_go.c — src/prof_unwind_go.c on hand-made frames: a "code"
  * array holding asmcgocall's instructions before its call of the C
  * function, a system-stack frame with the goroutine's g and depth where
  * asmcgocall keeps them, and a goroutine stack of frame records.  The real
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 
 static const uint8_t code[] = {
     0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
@@ -56,7 +56,7 @@ static void build(struct world *w)
 
 static int unwind(struct world *w, uintptr_t pc, uintptr_t *pcs, int max)
 {
-    return pm_unwind_go(pc, (uintptr_t)w->sys, w->bp, pcs, max);
+    return pm_unwind_go_continue(pc, (uintptr_t)w->sys, w->bp, pcs, max);
 }
 
 static void test_continues_onto_goroutine_stack(void **state)
@@ -112,7 +112,7 @@ static void test_stops_where_not_recognised(void **state)
         assert_int_equal(unwind(&w, (uintptr_t)(other + 16 + 25), pcs, 16), 0);
     }
     assert_int_equal(unwind(&w, RET - 1, pcs, 16), 0);
-    assert_int_equal(pm_unwind_go(16, (uintptr_t)w.sys, w.bp, pcs, 16), 0); /* no object */
+    assert_int_equal(pm_unwind_go_continue(16, (uintptr_t)w.sys, w.bp, pcs, 16), 0); /* no object */
     /* no goroutine (asmcgocall on g0), or a g whose stack does not hold the SP */
     w.sys[6] = 0;
     assert_int_equal(unwind(&w, RET, pcs, 16), 0);
