@@ -85,6 +85,15 @@ static int api_checks(void)
         if (profmalloc_http_start(bad[i]) != -1 || errno != EINVAL) return 12;
     }
     profmalloc_http_stop(); /* not running: nothing happens */
+    port = profmalloc_http_start("[::1]:0");
+    if (port > 0) printf("ipv6 %d\n", port);
+    else printf("ipv6 unavailable %d\n", errno);
+    fflush(stdout);
+    if (port > 0) {
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 14; /* the test has fetched from it */
+        profmalloc_http_stop();
+    }
     port = profmalloc_http_start(":0");
     if (port <= 0) return 13;
     printf("port %d\n", port);
