@@ -183,7 +183,8 @@ static int next_field(pb_t *r, pb_field_t *f)
     return !r->bad;
 }
 
-/* A repeated integer field (packed or not): calls back each value. */
+/* Collects a repeated integer field's values (packed or not) into out[cap];
+ * *n counts them all. */
 static int each_int(const pb_field_t *f, uint64_t *out, size_t cap, size_t *n)
 {
     if (f->wire == 0) {
@@ -232,7 +233,7 @@ static void profile_free(profile_t *p)
     pm_encode_free(&p->samples);
 }
 
-static int loc_cmp_sorted(const pm_ebuf_t *locs)
+static int locs_sorted(const pm_ebuf_t *locs)
 {
     const loc_t *l = ARR(*locs, loc_t);
     for (size_t i = 1; i < CNT(*locs, loc_t); i++)
@@ -356,7 +357,7 @@ static int profile_parse(profile_t *p)
         }
     }
     if (r.bad || p->strs.failed || p->locs.failed || p->fns.failed || p->samples.failed) return -1;
-    return loc_cmp_sorted(&p->locs) ? 0 : -1;
+    return locs_sorted(&p->locs) ? 0 : -1;
 }
 
 /* Reads a gzip'd profile from memfd fd and parses it. */

@@ -252,6 +252,15 @@ def test_allocs(t):
     assert p["types"] == ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]
     assert site_values(p, "http_leaky_site", "alloc_space") >= site_values(p, "http_leaky_site", "inuse_space") > 0
     assert all(v[0] >= v[2] and v[1] >= v[3] for v, _ in p["samples"])  # allocated >= in use
+    # a scraper's schedule: each scrape a whole profile, cumulative counts never falling
+    last_time, last_total = 0, 0
+    for _ in range(5):
+        st, _, body = get(t.port, "/debug/pprof/allocs")
+        p = parse_profile(body)
+        total = sum(v[1] for v, _ in p["samples"])
+        assert st == 200 and p["time"] > last_time and total >= last_total, (p["time"], total)
+        last_time, last_total = p["time"], total
+        time.sleep(0.1)
 
 
 def test_heap_seconds_delta(t):
