@@ -377,11 +377,27 @@ static int profile_load(int fd, profile_t *p)
 
 static int new_body(void) { return memfd_create("profmalloc-http", MFD_CLOEXEC); }
 
+/* Makes alloc_space the default sample type of the message in out, whose
+ * string table is p's, as Go's allocs profile has it. */
+static void default_alloc_space(pm_ebuf_t *out, const profile_t *p)
+{
+    size_t n = CNT(p->strs, str_t), idx = n;
+    for (size_t i = 0; i < n; i++)
+        if (same((const char *)ARR(p->strs, str_t)[i].p, ARR(p->strs, str_t)[i].n, "alloc_space")) idx = i;
+    if (idx == n) {
+        pm_encode_key(out, 6, 2);
+        pm_encode_varint(out, 11);
+        pm_encode_put(out, "alloc_space", 11);
+    }
+    pm_encode_key(out, 14, 0); /* the last value of a field wins */
+    pm_encode_varint(out, idx);
+}
+
 /* The delta p1 - p0, as Go's net/http/pprof serves ?seconds=N: every value
  * of every sample subtracted (in-use counts may go negative), samples that
  * did not change left out.  Buckets are never freed, so every sample of p0
  * is in p1. */
-static int write_delta(int fd, profile_t *p0, profile_t *p1)
+static int write_delta(int fd, profile_t *p0, profile_t *p1, int allocs)
 {
     size_t n0 = CNT(p0->samples, sample_t), slots = 16;
     while (slots < 2 * n0 + 2) slots *= 2;
@@ -442,6 +458,7 @@ static int write_delta(int fd, profile_t *p0, profile_t *p1)
     pm_encode_varint(&out, p1->time_ns);
     pm_encode_key(&out, 10, 0);
     pm_encode_varint(&out, p1->time_ns > p0->time_ns ? p1->time_ns - p0->time_ns : 0);
+    if (allocs) default_alloc_space(&out, p1);
     if (!r.bad && !out.failed && !msg.failed && !packed.failed && !table.failed)
         rc = pm_encode_gzip(fd, out.p, out.len);
 done:
@@ -452,21 +469,11 @@ done:
     return rc;
 }
 
-/* The same profile with default_sample_type alloc_space, as Go's allocs. */
 static int write_allocs(int fd, const profile_t *p)
 {
-    size_t n = CNT(p->strs, str_t), idx = n;
-    for (size_t i = 0; i < n; i++)
-        if (same((const char *)ARR(p->strs, str_t)[i].p, ARR(p->strs, str_t)[i].n, "alloc_space")) idx = i;
     pm_ebuf_t out = {0};
     pm_encode_put(&out, p->raw.p, p->raw.len);
-    if (idx == n) {
-        pm_encode_key(&out, 6, 2);
-        pm_encode_varint(&out, 11);
-        pm_encode_put(&out, "alloc_space", 11);
-    }
-    pm_encode_key(&out, 14, 0); /* the last value of a field wins */
-    pm_encode_varint(&out, idx);
+    default_alloc_space(&out, p);
     int rc = out.failed ? -1 : pm_encode_gzip(fd, out.p, out.len);
     pm_encode_free(&out);
     return rc;
@@ -492,7 +499,7 @@ static int serve_profile(int body, int allocs, int64_t seconds)
         }
     }
     if (dump_profile(&fd1) != 0 || profile_load(fd1, &p1) != 0) goto done;
-    if (seconds > 0) rc = write_delta(body, &p0, &p1);
+    if (seconds > 0) rc = write_delta(body, &p0, &p1, allocs);
     else if (allocs) rc = write_allocs(body, &p1);
     else rc = profmalloc_dump_fd(body, PROFMALLOC_FORMAT_PPROF);
 done:

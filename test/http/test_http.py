@@ -290,6 +290,10 @@ def test_heap_seconds_delta(t):
     after = parse_profile(body)
     total = site_values(after, "http_leaky_site", "alloc_space")
     assert 0 < leak < total, (leak, total)
+    st, h, body = get(t.port, "/debug/pprof/allocs?seconds=1")
+    d = parse_profile(body)
+    assert st == 200 and 'filename="allocs-delta"' in h["content-disposition"] and d["default"] == "alloc_space"
+    assert 0 < site_values(d, "http_leaky_site", "alloc_space") < site_values(after, "http_leaky_site", "alloc_space")
     for q in ("0", "-1", "x", "", "99999"):
         st, _, body = get(t.port, "/debug/pprof/heap?seconds=" + q)
         assert st == 400 and b"seconds" in body, (q, st)
