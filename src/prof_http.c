@@ -831,8 +831,9 @@ static void route(int c, uint64_t start, const request_t *r)
                                                  : "Content-Disposition: attachment; filename=\"heap-delta\"\r\n")
                                        : (allocs ? "Content-Disposition: attachment; filename=\"allocs\"\r\n"
                                                  : "Content-Disposition: attachment; filename=\"heap\"\r\n");
-            if (rc == 0) respond(c, start, 200, "application/octet-stream", disp, body, NULL, head);
-            else if (rc < 0) fail(c, start, 500, "profile unavailable\n");
+            uint64_t now = pm_os_monotonic_ns(); /* the send's deadline starts after a delta's wait */
+            if (rc == 0) respond(c, now, 200, "application/octet-stream", disp, body, NULL, head);
+            else if (rc < 0) fail(c, now, 500, "profile unavailable\n");
         }
     } else if (same(p, n, "/debug/profmalloc/stats")) {
         char fmt[16];
