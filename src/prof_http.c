@@ -936,8 +936,8 @@ static void serve(int c)
             uint64_t n = 0;
             if (v == ve) { fail(c, start, 400, "malformed Content-Length\n"); return; }
             for (size_t x = v; x < ve; x++) {
-                if (buf[x] < '0' || buf[x] > '9' || n > BODY_MAX) { fail(c, start, 400, "malformed Content-Length\n"); return; }
-                n = n * 10 + (uint64_t)(buf[x] - '0');
+                if (buf[x] < '0' || buf[x] > '9') { fail(c, start, 400, "malformed Content-Length\n"); return; }
+                n = n > BODY_MAX ? BODY_MAX + 1 : n * 10 + (uint64_t)(buf[x] - '0'); /* 413 below */
             }
             if (have_length && n != length) { fail(c, start, 400, "conflicting Content-Length\n"); return; }
             have_length = 1;

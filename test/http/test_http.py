@@ -362,6 +362,7 @@ def test_errors_and_fuzz(t):
         (b"POST /debug/pprof/symbol HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400),
         (b"POST /debug/pprof/symbol HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab", 400),
         (b"POST /debug/pprof/symbol HTTP/1.1\r\nContent-Length: 100000\r\n\r\n", 413),
+        (b"POST /debug/pprof/symbol HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413),
         (b"POST /debug/pprof/symbol HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
         (b"GET /debug/pprof/ HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(70)) + b"\r\n", 431),
         (b"GET /debug/pprof/ HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431),
