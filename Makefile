@@ -111,6 +111,7 @@ $(PM_TEST_A): $(BUILD)/profmalloc-core.o
 	rm -f $@
 	$(AR) rcs $@ $<
 
+include src/cli/cli.mk
 -include $(wildcard test/*.mk test/*/*.mk bench/*.mk)
 
 check: $(CHECK_TARGETS)
