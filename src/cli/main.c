@@ -34,7 +34,8 @@ static const char *const usage_main =
     "(diff --fail-on-growth), 2 usage or input error.\n";
 
 static const char *const usage_top =
-    "usage: profmalloc top FILE [--inuse|--alloc] [--objects] [-n N] [--lines] [--json]\n"
+    "usage: profmalloc top FILE [--inuse|--alloc] [--objects] [-n N] [--lines]\n"
+    "                          [--json]\n"
     "\n"
     "The allocation sites holding the most memory in a heap profile, with\n"
     "function and file:line read from the program's binaries (symbol table,\n"
@@ -202,15 +203,18 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     }
     char a[32], b[32];
     fmt_value(v, t.total[1], a, sizeof a);
-    fprintf(f, "%s%s%s: %s %s in %zu site%s", col("\033[1m"), title, col("\033[0m"), a,
-            index_name(v), t.n, t.n == 1 ? "" : "s");
+    char summary[160];
+    int sl = snprintf(summary, sizeof summary, "%s %s in %zu site%s", a, index_name(v), t.n, t.n == 1 ? "" : "s");
     if (period > 1) {
         cli_human((double)period, b, sizeof b);
-        fprintf(f, ", sampled every %s", b);
+        snprintf(summary + sl, sizeof summary - (size_t)sl, ", sampled every %s", b);
     } else if (nps && ps[0]->has_counts) {
-        fprintf(f, ", every allocation recorded");
+        snprintf(summary + sl, sizeof summary - (size_t)sl, ", every allocation recorded");
     }
-    fputc('\n', f);
+    if (strlen(title) + 2 + strlen(summary) <= 80)
+        fprintf(f, "%s%s%s: %s\n", col("\033[1m"), title, col("\033[0m"), summary);
+    else
+        fprintf(f, "%s%s%s:\n  %s\n", col("\033[1m"), title, col("\033[0m"), summary);
     if (!t.n) {
         fprintf(f, "  (no samples%s)\n", period > 1 ? ": the program allocated too little for the sampling rate; try --rate 1" : "");
         free_sites(&t);
@@ -248,7 +252,8 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     } else {
         rpad(f, "", 9);
     }
-    fprintf(f, " %6s %7.0f  total", "100%", t.totn[1]);
+    if (sampled) fprintf(f, " %6s %7.0f  total", "100%", t.totn[1]);
+    else fprintf(f, " %6s %7s  total", "100%", "");
     if (exact >= 0 && !v->alloc && !v->objects) {
         cli_human(exact, b, sizeof b);
         fprintf(f, " (allocator's exact in use: %s)", b);
@@ -355,7 +360,7 @@ int cmd_diff(int argc, char **argv)
         /* pprof -base: the difference as a profile of its own */
         char a[32], b[32];
         fmt_value(&v, growth, a, sizeof a);
-        printf("%s%s - %s%s: %s %s\n", col("\033[1m"), files[1], files[0], col("\033[0m"), a, index_name(&v));
+        printf("%s%s - %s%s:\n  %s %s\n", col("\033[1m"), files[1], files[0], col("\033[0m"), a, index_name(&v));
         printf("%10s %9s %6s  %s\n", v.objects ? "objects" : "flat", "std.err", "flat%", "site");
         for (size_t i = 0; i < t.n && (!limit || shown < (size_t)limit); i++) {
             const site_t *s = &t.sites[i];
@@ -382,7 +387,7 @@ int cmd_diff(int argc, char **argv)
         char a[32], b[32], c[32], d[32];
         fmt_value(&v, t.total[0], a, sizeof a);
         fmt_value(&v, t.total[1], b, sizeof b);
-        printf("%s%s -> %s%s: %s %s -> %s, %zu site%s changed\n", col("\033[1m"), files[0], files[1],
+        printf("%s%s -> %s%s:\n  %s %s -> %s, %zu site%s changed\n", col("\033[1m"), files[0], files[1],
                col("\033[0m"), index_name(&v), a, b, changed, changed == 1 ? "" : "s");
         printf("%10s %10s %10s %9s  %s\n", "delta", "old", "new", p[1].period > 1 ? "std.err" : "", "site");
         for (size_t i = 0; i < t.n && (!limit || shown < (size_t)limit); i++) {
@@ -446,18 +451,18 @@ int cmd_diff(int argc, char **argv)
 static const char *stat_help(const char *k)
 {
     static const char *const h[][2] = {
-        {"in_use", "bytes the program holds (malloc'd, not freed)"},
-        {"requested", "bytes the program asked for"},
+        {"in_use", "held by the program"},
+        {"requested", "asked for by the program"},
         {"mapped", "bytes mapped from the OS"},
-        {"resident_estimate", "estimated resident bytes"},
-        {"thread_cache", "free bytes in thread caches"},
-        {"central_cache", "free bytes in central lists"},
-        {"fragmentation", "bytes lost to size-class rounding"},
-        {"pageheap_free", "free pages kept in the page heap"},
-        {"released", "bytes given back to the OS"},
+        {"resident_estimate", "estimated resident"},
+        {"thread_cache", "free in thread caches"},
+        {"central_cache", "free in central lists"},
+        {"fragmentation", "lost to size-class rounding"},
+        {"pageheap_free", "free in the page heap"},
+        {"released", "given back to the OS"},
         {"metadata", "allocator metadata"},
         {"threads", "threads with a cache"},
-        {"lock_contention", "contended lock acquisitions"},
+        {"lock_contention", "contended lock waits"},
         {"samples_live", "sampled blocks alive"},
         {"sample_rate", "mean bytes between samples"},
         {NULL, NULL}};
@@ -515,7 +520,7 @@ int cmd_stats(int argc, char **argv)
         return 0;
     }
     char a[32], b[32];
-    printf("%s%s%s: %s profile", col("\033[1m"), file, col("\033[0m"), p.legacy ? "gperftools heap text" : "pprof");
+    printf("%s%s%s:\n  %s profile", col("\033[1m"), file, col("\033[0m"), p.legacy ? "gperftools heap text" : "pprof");
     if (p.period > 1) printf(", sampled every %s", cli_human((double)p.period, a, sizeof a));
     else if (p.has_counts) printf(", every allocation recorded");
     printf("\n\n");
@@ -524,21 +529,20 @@ int cmd_stats(int argc, char **argv)
         for (size_t i = 0; i < nt; i++) {
             if (tot[i].bytes) {
                 cli_human((double)tot[i].value, a, sizeof a);
-                printf("  %-18s %10s %15llu  %s\n", tot[i].key, a, tot[i].value, stat_help(tot[i].key));
+                printf("  %-17s %9s %13llu  %s\n", tot[i].key, a, tot[i].value, stat_help(tot[i].key));
             } else {
-                printf("  %-18s %10llu %15s  %s\n", tot[i].key, tot[i].value, "", stat_help(tot[i].key));
+                printf("  %-17s %9llu %13s  %s\n", tot[i].key, tot[i].value, "", stat_help(tot[i].key));
             }
         }
     } else {
         printf("(no allocator totals: the profile was not written by profmalloc)\n");
     }
     printf("\nprofile (%s):\n", p.period > 1 ? "sampled estimates" : "exact");
-    printf("  %-18s %10s %15.0f objects\n", "inuse_space", cli_human(s[V_INUSE_BYTES], a, sizeof a), s[V_INUSE_OBJ]);
-    printf("  %-18s %10s %15.0f objects\n", "alloc_space", cli_human(s[V_ALLOC_BYTES], b, sizeof b), s[V_ALLOC_OBJ]);
+    printf("  %-17s %9s %13.0f objects\n", "inuse_space", cli_human(s[V_INUSE_BYTES], a, sizeof a), s[V_INUSE_OBJ]);
+    printf("  %-17s %9s %13.0f objects\n", "alloc_space", cli_human(s[V_ALLOC_BYTES], b, sizeof b), s[V_ALLOC_OBJ]);
     if (p.has_counts && p.period > 1)
-        printf("  %-18s %10.0f %15s  behind inuse_space (%.0f behind alloc_space)\n", "samples", n[0], "", n[1]);
-    printf("  %-18s %10zu %15s  (stack, size) pairs, %zu locations, %zu mappings\n", "records", p.nsamples, "",
-           p.nlocs, p.nmaps);
+        printf("  %-17s %9.0f %13.0f  behind inuse_space, alloc_space\n", "samples", n[0], n[1]);
+    printf("  %-17s %9zu %13s  (stack, size) pairs\n", "records", p.nsamples, "");
     double x;
     if (!find_total(tot, nt, "in_use", &x) && x > 0)
         printf("\nThe sample covers %.1f%% of the bytes in use (estimates vary by about\n"

@@ -229,7 +229,10 @@ const char *site_where(const site_t *s, char *buf, size_t len)
         return buf;
     }
     char tmp[4200];
-    if (s->line > 0) snprintf(tmp, sizeof tmp, "%s:%lld", s->file, (long long)s->line);
+    const char *base = strrchr(s->file, '/');
+    if (s->line <= 0 && base) /* an object without line information */
+        snprintf(tmp, sizeof tmp, "%s", base + 1);
+    else if (s->line > 0) snprintf(tmp, sizeof tmp, "%s:%lld", s->file, (long long)s->line);
     else snprintf(tmp, sizeof tmp, "%s", s->file);
     size_t n = strlen(tmp);
     if (n < len) {

@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""test_cli.py — the profmalloc command end to end, on profiles written by
+test/cli/sites.c (known sites, PROFMALLOC_SAMPLE_RATE=1 so every number is
+exact): top's names, file:line (against the program's own __LINE__, and
+against addr2line when binutils is installed) and bytes for a PIE, a
+non-PIE, a shared library and stripped binaries with separate debug files;
+diff, stats, convert, flame (parsed with xml.etree), run on programs that
+fork and exec, exit codes, corrupt and truncated inputs, --help, colour.
+Usage: test_cli.py --build DIR [TEST...]"""
+import gzip, json, os, pty, random, re, select, shutil, subprocess, sys, tempfile, time
+import xml.etree.ElementTree as ET
+
+BUILD = os.path.abspath(sys.argv[sys.argv.index('--build') + 1])
+PM = os.path.join(BUILD, 'profmalloc')
+LIB = os.path.join(BUILD, 'libprofmalloc.so')
+T = os.path.join(BUILD, 'test', 'cli')
+DEBUG_DIR = os.path.join(T, 'debug')
+OUT = os.path.join(T, 'out')
+failures = []
+
+
+def run(args, env=None, check=None, timeout=60, input=None):
+    e = dict(os.environ)
+    e.pop('NO_COLOR', None)
+    if env:
+        e.update(env)
+    r = subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout, input=input)
+    if check is not None and r.returncode != check:
+        raise AssertionError('%s: exit %d (want %d)\nstdout: %s\nstderr: %s' %
+                             (' '.join(args), r.returncode, check, r.stdout[-2000:], r.stderr[-2000:]))
+    return r
+
+
+def expect(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def profile_of(variant, extra=()):
+    """Runs sites_<variant> under the preload; returns (dir, expected sites)."""
+    d = os.path.join(OUT, variant)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    r = run([os.path.join(T, 'sites_' + variant), d] + list(extra), check=0,
+            env={'LD_PRELOAD': LIB, 'PROFMALLOC_SAMPLE_RATE': '1',
+                 'PROFMALLOC_DUMP': os.path.join(d, 'exit.pb.gz')})
+    sites = {}
+    for line in r.stdout.splitlines():
+        _, name, ln, live = line.split()
+        sites[name] = (int(ln), int(live))
+    return d, sites
+
+
+def top_json(path, *opts):
+    r = run([PM, 'top', path, '--json', '-n', '0', '--debug-dir', DEBUG_DIR] + list(opts), check=0)
+    return json.loads(r.stdout)
+
+
+def addr2line(obj, addr):
+    r = run(['addr2line', '-f', '-e', obj, addr], check=0)
+    func, where = r.stdout.splitlines()[:2]
+    f, _, ln = where.rpartition(':')
+    ln = re.sub(r'\s.*', '', ln)
+    return func, os.path.basename(f), int(ln) if ln.isdigit() else 0
+
+
+def check_sites(path, sites, debug_for=None, exact=True, index=()):
+    j = top_json(path, '--lines', *index)
+    got = {s['function']: s for s in j['sites']}
+    for name, (line, live) in sites.items():
+        if live == 0:
+            expect(name not in got, '%s: %s holds nothing at the dump but is listed' % (path, name))
+            continue
+        expect(name in got, '%s: site %s missing: %s' % (path, name, sorted(got)))
+        s = got[name]
+        expect(s['file'] and os.path.basename(s['file']) in ('sites.c', 'sites_lib.c'),
+               '%s: %s file %s' % (path, name, s['file']))
+        expect(s['line'] == line, '%s: %s line %s, want %d' % (path, name, s['line'], line))
+        if exact:
+            expect(s['value'] == live, '%s: %s holds %s, want %d' % (path, name, s['value'], live))
+        if shutil.which('addr2line') and s.get('object'):
+            obj = s['object']
+            if debug_for and os.path.basename(obj).startswith('sites_'):
+                obj = debug_for
+            func, f, ln = addr2line(obj, s['address'])
+            expect(func == name and f == os.path.basename(s['file']) and ln == s['line'],
+                   '%s: %s at %s:%s but addr2line says %s %s:%s' % (path, name, s['file'], s['line'], func, f, ln))
+    return j
+
+
+def debug_file_of(variant):
+    if variant == 'debuglink':
+        return os.path.join(T, 'sites_debuglink.debug')
+    if variant == 'buildid':
+        for root, _, files in os.walk(DEBUG_DIR):
+            for f in files:
+                if f.endswith('.debug'):
+                    p = os.path.join(root, f)
+                    r = run(['sh', '-c', 'readelf -Wn "$0" 2>/dev/null; readelf -Wn "$1" 2>/dev/null', p,
+                             os.path.join(T, 'sites_buildid')])
+                    ids = re.findall(r'Build ID: (\w+)', r.stdout)
+                    if len(ids) == 2 and ids[0] == ids[1]:
+                        return p
+    return None
+
+
+# ---- top ---------------------------------------------------------------------
+
+def top_variant(variant):
+    d, sites = profile_of(variant)
+    dbg = debug_file_of(variant)
+    for f in ('before.pb.gz', 'before.heap'):
+        check_sites(os.path.join(d, f), sites, dbg)
+
+
+def test_top_pie(): top_variant('pie')
+def test_top_nopie(): top_variant('nopie')
+def test_top_stripped_debuglink(): top_variant('debuglink')
+def test_top_stripped_buildid(): top_variant('buildid')
+
+
+def test_top_stripped_without_debug_file_falls_back():
+    """Without its debug file, a stripped binary's sites keep the names the
+    profile carries (none for a fully stripped one: shown as addresses)."""
+    d, sites = profile_of('buildid')
+    j = top_json(os.path.join(d, 'before.pb.gz'), '--lines', '--debug-dir', '/nonexistent')
+    names = [s['function'] for s in j['sites']]
+    expect('lib_site' in names, 'the shared library is still symbolized: %s' % names)
+    expect('leak_site' not in names, 'no symbols without the debug file, yet %s' % names)
+
+
+def test_top_alloc_and_objects():
+    d, sites = profile_of('pie')
+    j = top_json(os.path.join(d, 'before.pb.gz'), '--alloc', '--lines')
+    got = {s['function']: s for s in j['sites']}
+    expect(got['churn_site']['value'] == 400000, 'churn_site allocated %s' % got['churn_site']['value'])
+    expect(got['churn_site']['line'] == sites['churn_site'][0], 'churn_site line')
+    j = top_json(os.path.join(d, 'before.pb.gz'), '--objects')
+    got = {s['function']: s for s in j['sites']}
+    expect(got['leak_site']['value'] == 3, 'leak_site objects %s' % got['leak_site']['value'])
+
+
+def test_top_human_output():
+    d, _ = profile_of('pie')
+    r = run([PM, 'top', os.path.join(d, 'before.pb.gz'), '-n', '3'], check=0)
+    lines = r.stdout.splitlines()
+    for l in lines:
+        expect(len(l) <= 80, 'line longer than 80 columns: %r' % l)
+    expect('\033[' not in r.stdout, 'colour codes in output that is not a terminal')
+    expect(re.search(r'leak_site\s+\S*sites\.c:\d+', r.stdout), r.stdout)
+    expect(lines[-1].split()[-1] != '' and 'total' in lines[-1], 'total line: %r' % lines[-1])
+    expect('more sites' in r.stdout, '-n 3 says how many were left out')
+    shares = [float(m) for m in re.findall(r'(\d+\.\d)%', r.stdout)]
+    expect(shares == sorted(shares, reverse=True), 'sorted by share: %s' % shares)
+
+
+def test_top_stderr():
+    """A sampled profile: each site's standard error is about
+    value * sqrt((1 - p) / samples), and the estimate is within a few of
+    them of the truth (2 000 000 bytes at one site)."""
+    d = os.path.join(OUT, 'many')
+    os.makedirs(d, exist_ok=True)
+    for seed in range(3):
+        path = os.path.join(d, 'many%d.pb.gz' % seed)
+        run([os.path.join(T, 'sites_pie'), 'many'], check=0,
+            env={'LD_PRELOAD': LIB, 'PROFMALLOC_SAMPLE_RATE': '16384', 'PROFMALLOC_DUMP': path})
+        j = top_json(path)
+        s = [x for x in j['sites'] if x['function'] == 'main'][0]
+        # 100-byte blocks (112 with the class) at R = 16384: p = 1 - e^(-size/R)
+        expect(s['samples'] > 40, 'samples behind the site: %s' % s['samples'])
+        rel = s['stderr'] / s['value']
+        expect(0.7 / s['samples'] ** 0.5 < rel < 1.3 / s['samples'] ** 0.5,
+               'relative error %.3f for %d samples' % (rel, s['samples']))
+        expect(abs(s['value'] - 2000000) < 5 * s['stderr'] + 240000,
+               'estimate %d vs 2000000 (stderr %d)' % (s['value'], s['stderr']))
+        r = run([PM, 'top', path], check=0)
+        expect('std.err' in r.stdout and '±' in r.stdout and 'sampled every 16.0 KiB' in r.stdout, r.stdout)
+
+
+def test_top_gzip_real_deflate_and_raw():
+    """A profile recompressed with real deflate (python's gzip, level 9) and
+    one not compressed at all read the same as the library's own file."""
+    d, _ = profile_of('pie')
+    src = os.path.join(d, 'before.pb.gz')
+    raw = gzip.decompress(open(src, 'rb').read())
+    open(os.path.join(d, 'deflate.pb.gz'), 'wb').write(gzip.compress(raw, 9))
+    open(os.path.join(d, 'raw.pb'), 'wb').write(raw)
+    # two members, as gzip(1) concatenates them
+    want = top_json(src)['sites']
+    for f in ('deflate.pb.gz', 'raw.pb'):
+        got = top_json(os.path.join(d, f))['sites']
+        expect(got == want, '%s differs from the original' % f)
+
+
+# ---- diff --------------------------------------------------------------------
+
+def test_diff_finds_the_leak():
+    d, sites = profile_of('pie')
+    for ext in ('pb.gz', 'heap'):
+        a, b = os.path.join(d, 'before.' + ext), os.path.join(d, 'after.' + ext)
+        r = run([PM, 'diff', a, b, '--json', '--lines', '--debug-dir', DEBUG_DIR], check=0)
+        j = json.loads(r.stdout)
+        expect(len(j['sites']) == 1, 'only the leak changed: %s' % j['sites'])
+        s = j['sites'][0]
+        expect(s['function'] == 'leak_site' and s['delta'] == 200000 and s['line'] == sites['leak_site'][0], s)
+        expect(j['delta'] == 200000, j)
+        r = run([PM, 'diff', a, b], check=0)
+        expect(re.search(r'\+195 KiB .*leak_site', r.stdout), r.stdout)
+        expect(all(len(l) <= 80 for l in r.stdout.splitlines() if d not in l),
+               'diff fits 80 columns (but for the file names)')
+        r = run([PM, 'diff', a, b, '--fail-on-growth', '100k'])
+        expect(r.returncode == 1 and 'grew by' in r.stderr, 'fail-on-growth 100k: %d %s' % (r.returncode, r.stderr))
+        run([PM, 'diff', a, b, '--fail-on-growth', '300000'], check=0)
+        r = run([PM, 'diff', a, b, '--base'], check=0)
+        expect(re.search(r'195 KiB .*100\.0%\s+leak_site', r.stdout), r.stdout)
+        r = run([PM, 'diff', b, a, '--json'], check=0)
+        expect(json.loads(r.stdout)['delta'] == -200000, 'reversed diff shrinks')
+
+
+# ---- stats -------------------------------------------------------------------
+
+def test_stats():
+    d, _ = profile_of('pie')
+    r = run([PM, 'stats', os.path.join(d, 'before.pb.gz'), '--json'], check=0)
+    j = json.loads(r.stdout)
+    a = j['allocator']
+    expect(a['in_use'] >= j['sampled']['inuse_space'] > 0, j)
+    expect(a['sample_rate'] == 1 and a['mapped'] >= a['in_use'], a)
+    r = run([PM, 'stats', os.path.join(d, 'before.pb.gz')], check=0)
+    expect(re.search(r'in_use\s+\S+ \S+\s+%d' % a['in_use'], r.stdout), r.stdout)
+    expect(all(len(l) <= 80 for l in r.stdout.splitlines()), 'stats fits 80 columns')
+    r = run([PM, 'stats', os.path.join(d, 'before.heap')], check=0)
+    expect('no allocator totals' in r.stdout, r.stdout)
+
+
+# ---- convert -----------------------------------------------------------------
+
+def test_convert_round_trip():
+    d, sites = profile_of('pie')
+    src = os.path.join(d, 'before.pb.gz')
+    for a, b in (('c1.heap', 'c2.pb.gz'), ('c3.pb', 'c4.heap')):
+        run([PM, 'convert', src, os.path.join(d, a)], check=0)
+        run([PM, 'convert', os.path.join(d, a), os.path.join(d, b)], check=0)
+        check_sites(os.path.join(d, a), sites)
+        check_sites(os.path.join(d, b), sites)
+    # a sampled profile keeps its estimates through legacy text, up to rounding
+    path = os.path.join(OUT, 'many', 'many0.pb.gz')
+    if os.path.exists(path):
+        run([PM, 'convert', path, os.path.join(d, 'many.heap')], check=0)
+        x, y = top_json(path), top_json(os.path.join(d, 'many.heap'))
+        expect(abs(x['total'] - y['total']) <= 0.01 * x['total'], 'legacy keeps the estimate: %s %s' % (x['total'], y['total']))
+    if shutil.which('google-pprof'):
+        r = run(['google-pprof', '--text', os.path.join(T, 'sites_pie'), os.path.join(d, 'c1.heap')])
+        expect('leak_site' in r.stdout, 'google-pprof reads the converted legacy text: %s' % r.stdout[-500:])
+
+
+# ---- flame -------------------------------------------------------------------
+
+def test_flame_svg():
+    d, sites = profile_of('pie')
+    src, svg = os.path.join(d, 'before.pb.gz'), os.path.join(d, 'flame.svg')
+    run([PM, 'flame', src, '-o', svg], check=0)
+    tree = ET.parse(svg)
+    ns = {'s': 'http://www.w3.org/2000/svg'}
+    root = tree.getroot()
+    frames = []
+    for g in root.iter('{http://www.w3.org/2000/svg}g'):
+        if g.get('class') == 'f':
+            title = g.find('s:title', ns).text
+            frames.append((int(g.get('data-d')), float(g.get('data-x')), float(g.get('data-v')),
+                           title.rsplit(' (', 1)[0]))
+    total = top_json(src)['total']
+    roots = [f for f in frames if f[0] == 0]
+    expect(len(roots) == 1 and roots[0][2] == total, 'root %s, total %s' % (roots, total))
+    expect(float(root.get('data-total')) == total, 'data-total')
+    # children lie inside their parent and sum to at most its value
+    for dep, x, v, name in frames:
+        kids = [f for f in frames if f[0] == dep + 1 and x <= f[1] and f[1] + f[2] <= x + v + 0.5]
+        expect(sum(k[2] for k in kids) <= v + 0.5, 'children of %s exceed it' % name)
+    by = {}
+    for f in frames:
+        by[f[3]] = by.get(f[3], 0) + f[2]
+    for name in ('leak_site', 'calloc_site', 'lib_site'):
+        expect(by.get(name) == sites[name][1], '%s frame %s, want %s' % (name, by.get(name), sites[name][1]))
+    text = open(svg).read()
+    expect('<script' in text and 'http://' not in text.replace('http://www.w3.org', ''),
+           'script inline, nothing fetched')
+    # a headless browser renders it, when one is installed
+    for b in ('chromium', 'chromium-browser', 'google-chrome'):
+        if shutil.which(b):
+            png = os.path.join(OUT, 'flame.png')
+            run([b, '--headless', '--disable-gpu', '--no-sandbox', '--screenshot=' + png,
+                 '--window-size=1200,600', 'file://' + svg], timeout=120)
+            expect(os.path.exists(png) and os.path.getsize(png) > 1000, 'screenshot written')
+            print('  screenshot kept in %s' % png)
+            break
+    else:
+        print('  (no chromium installed: the SVG is not rendered)')
+
+
+# ---- run ---------------------------------------------------------------------
+
+def run_cmd(mode, rc):
+    d = os.path.join(OUT, 'run-' + mode)
+    shutil.rmtree(d, ignore_errors=True)
+    r = run([PM, 'run', '--rate', '1', '--out', d, '--lines', '--', os.path.join(T, 'sites_pie'), mode],
+            env={'LD_PRELOAD': ''})
+    expect(r.returncode == rc, 'run %s: exit %d, want %d: %s' % (mode, r.returncode, rc, r.stderr))
+    lines = {}
+    for l in r.stdout.splitlines():
+        _, name, ln, live = l.split()
+        lines[name] = int(ln)
+    return r, d, lines
+
+
+def test_run_fork():
+    r, d, lines = run_cmd('fork', 3)
+    files = [f for f in os.listdir(d) if f.startswith('heap.')]
+    expect(len(files) == 2, 'one profile per process: %s' % files)
+    expect('sites_pie (2 processes)' in r.stderr, r.stderr)
+    expect(re.search(r'child_site\s+\S*sites\.c:%d' % lines['child_site'], r.stderr), r.stderr)
+    expect(re.search(r'leak_site\s+\S*sites\.c:%d' % lines['leak_site'], r.stderr), r.stderr)
+
+
+def test_run_exec():
+    r, d, lines = run_cmd('exec', 0)
+    expect(re.search(r'child_site\s+\S*sites\.c:%d' % lines['child_site'], r.stderr), r.stderr)
+    expect('exited with status 0' in r.stderr, r.stderr)
+
+
+def test_run_errors():
+    r = run([PM, 'run', '--', '/nonexistent/program'])
+    expect(r.returncode == 127, 'a command that cannot start: %d' % r.returncode)
+    r = run([PM, 'run'])
+    expect(r.returncode == 2 and 'usage' in r.stderr, 'run without a command')
+    d = os.path.join(OUT, 'run-fork')
+    if os.path.isdir(d):
+        r = run([PM, 'run', '--out', d, '--', 'true'])
+        expect(r.returncode == 2 and 'already holds' in r.stderr, r.stderr)
+
+
+# ---- errors, help, colour ----------------------------------------------------
+
+def test_corrupt_and_truncated_inputs():
+    """Every prefix class and random corruption of a gzip'd, a raw and a text
+    profile gives a message and exit 2, or (for the few that stay valid) 0:
+    never a crash, never a hang."""
+    d, _ = profile_of('pie')
+    src = open(os.path.join(d, 'before.pb.gz'), 'rb').read()
+    raw = gzip.decompress(src)
+    text = open(os.path.join(d, 'before.heap'), 'rb').read()
+    deflated = gzip.compress(raw, 6)
+    rnd = random.Random(28)
+    cases = []
+    for data in (src, raw, text, deflated):
+        for cut in sorted(set([1, 2, 9, 10, 17, 18, 40, len(data) // 3, len(data) // 2, len(data) - 9,
+                               len(data) - 1] + [rnd.randrange(1, len(data)) for _ in range(8)])):
+            cases.append(('cut', data[:cut]))
+        for _ in range(12):
+            b = bytearray(data)
+            for _ in range(rnd.randrange(1, 6)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+            cases.append(('flip', bytes(b)))
+    cases.append(('empty', b''))
+    cases.append(('garbage', os.urandom(3000)))
+    path = os.path.join(d, 'bad.prof')
+    errors = 0
+    for kind, data in cases:
+        open(path, 'wb').write(data)
+        for sub in (['top', path, '-n', '3'], ['stats', path]):
+            r = run([PM] + sub, timeout=20)
+            expect(r.returncode in (0, 2), '%s: %s exit %d: %s' % (kind, sub[0], r.returncode, r.stderr))
+            if r.returncode == 2:
+                errors += 1
+                expect(r.stderr.startswith('profmalloc: ') and path in r.stderr, 'a message naming the file: %r' % r.stderr)
+    expect(errors > len(cases), 'most corrupt inputs are rejected (%d of %d)' % (errors, 2 * len(cases)))
+    r = run([PM, 'top', os.path.join(d, 'missing.pb.gz')])
+    expect(r.returncode == 2 and 'No such file' in r.stderr, r.stderr)
+
+
+def test_help_and_usage():
+    for sub in ('run', 'top', 'diff', 'flame', 'stats', 'convert'):
+        r = run([PM, sub, '--help'], check=0)
+        expect(r.stdout.startswith('usage: profmalloc ' + sub), r.stdout)
+        expect(all(len(l) <= 80 for l in r.stdout.splitlines()), '%s --help fits 80 columns' % sub)
+        r = run([PM, 'help', sub], check=0)
+        expect(sub in r.stdout, 'help ' + sub)
+        if sub != 'run':
+            r = run([PM, sub, '--bogus', 'x'])
+            expect(r.returncode == 2 and 'unknown option' in r.stderr, '%s --bogus: %d' % (sub, r.returncode))
+    r = run([PM, '--help'], check=0)
+    expect(all(len(l) <= 80 for l in r.stdout.splitlines()), '--help fits')
+    expect(run([PM]).returncode == 2, 'no command')
+    expect(run([PM, 'frobnicate']).returncode == 2, 'unknown command')
+
+
+def in_pty(args, env):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env)
+        os.execv(args[0], args)
+    out = b''
+    while True:
+        try:
+            r, _, _ = select.select([fd], [], [], 10)
+            if not r:
+                break
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    return out.decode(errors='replace')
+
+
+def test_colour_only_on_a_terminal():
+    d, _ = profile_of('pie')
+    args = [PM, 'top', os.path.join(d, 'before.pb.gz'), '-n', '3']
+    env = dict(os.environ)
+    env.pop('NO_COLOR', None)
+    env['TERM'] = 'xterm'
+    expect('\033[1m' in in_pty(args, env), 'colour on a terminal')
+    env['NO_COLOR'] = '1'
+    expect('\033[' not in in_pty(args, env), 'NO_COLOR respected')
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    names = [a for a in sys.argv[1:] if a.startswith('test_')]
+    tests = [(n, f) for n, f in globals().items() if n.startswith('test_') and callable(f)]
+    if names:
+        tests = [t for t in tests if t[0] in names]
+    t0 = time.time()
+    for name, fn in tests:
+        t = time.time()
+        try:
+            fn()
+            print('[ OK ] %s (%.1f s)' % (name, time.time() - t))
+        except Exception as e:  # noqa: a failed test is reported, the rest still run
+            failures.append(name)
+            print('[FAIL] %s: %s' % (name, e))
+    print('test_cli.py: %d tests, %d failed (%.1f s)' % (len(tests), len(failures), time.time() - t0))
+    sys.exit(1 if failures else 0)
+
+
+main()
