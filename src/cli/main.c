@@ -594,6 +594,30 @@ int cmd_convert(int argc, char **argv)
     return 0;
 }
 
+/* ---- demangle ------------------------------------------------------- */
+
+/* Each argument, or each line of stdin, demangled (or as it was). */
+static int cmd_demangle(int argc, char **argv)
+{
+    if (wants_help(argc, argv)) {
+        fputs("usage: profmalloc demangle [NAME...]\n\n"
+              "Prints each Itanium C++ name demangled, as profmalloc shows it (the\n"
+              "common forms; others unchanged).  Without names, reads one a line.\n",
+              stdout);
+        return 0;
+    }
+    char line[8192];
+    for (int i = 1; i < argc || (argc == 1 && fgets(line, sizeof line, stdin)); i++) {
+        const char *m = argc > 1 ? argv[i] : line;
+        if (argc == 1) line[strcspn(line, "\n")] = 0;
+        char *d = cli_demangle(m);
+        puts(d ? d : m);
+        free(d);
+        if (argc == 1) i = 0;
+    }
+    return 0;
+}
+
 /* ---- dispatch --------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -620,7 +644,7 @@ dispatch:;
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {{"top", cmd_top},     {"diff", cmd_diff},   {"stats", cmd_stats}, {"convert", cmd_convert},
-                {"flame", cmd_flame}, {"run", cmd_run},     {NULL, NULL}};
+                {"flame", cmd_flame}, {"run", cmd_run}, {"demangle", cmd_demangle},     {NULL, NULL}};
     for (int i = 0; cmds[i].name; i++)
         if (!strcmp(argv[0], cmds[i].name)) return cmds[i].fn(argc, argv);
     fprintf(stderr, "profmalloc: unknown command '%s'\n%s", argv[0], usage_main);

@@ -41,5 +41,6 @@ $(CLI_TEST)/test_demangle: test/cli/test_demangle.c src/cli/demangle.c src/cli/p
 
 .PHONY: check-cli
 CHECK_TARGETS += check-cli
-check-cli: $(CLI_BIN) $(PM_SO) $(CLI_SITES)
+check-cli: $(CLI_BIN) $(PM_SO) $(CLI_SITES) $(CLI_TEST)/test_demangle
+	$(CLI_TEST)/test_demangle
 	$(TEST_TIMEOUT) 300 python3 test/cli/test_cli.py --build $(BUILD)

@@ -426,6 +426,37 @@ def test_colour_only_on_a_terminal():
     expect('\033[' not in in_pty(args, env), 'NO_COLOR respected')
 
 
+def test_demangle_never_wrong():
+    """Every C++ name in libstdc++'s symbol table: profmalloc's demangler
+    prints what c++filt prints, or leaves the name mangled."""
+    if not shutil.which('c++filt') or not shutil.which('nm'):
+        print('  (no binutils: skipped)')
+        return
+    r = run(['sh', '-c', 'g++ -print-file-name=libstdc++.so.6 2>/dev/null || true'])
+    lib = r.stdout.strip()
+    if not os.path.isabs(lib):
+        lib = '/usr/lib/x86_64-linux-gnu/libstdc++.so.6'
+    if not os.path.exists(lib):
+        print('  (no libstdc++ found: skipped)')
+        return
+    names = sorted(set(l.split()[-1].split('@')[0] for l in run(['nm', '-D', lib]).stdout.splitlines()
+                       if l.split() and l.split()[-1].startswith('_Z')))
+    ours = run([PM, 'demangle'], input='\n'.join(names) + '\n', check=0).stdout.splitlines()
+    theirs = run(['c++filt'], input='\n'.join(names) + '\n', check=0).stdout.splitlines()
+    expect(len(ours) == len(names) == len(theirs), 'one line per name')
+    done = wrong = 0
+    for n, a, b in zip(names, ours, theirs):
+        if a == n:
+            continue
+        done += 1
+        if a != b:
+            wrong += 1
+            print('  %s: ours %s, c++filt %s' % (n, a, b))
+    print('  %d of %d libstdc++ names demangled, %d wrongly' % (done, len(names), wrong))
+    expect(wrong == 0, '%d names demangled wrongly' % wrong)
+    expect(done > len(names) // 3, 'the common forms are understood (%d of %d)' % (done, len(names)))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     names = [a for a in sys.argv[1:] if a.startswith('test_')]
