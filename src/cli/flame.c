@@ -97,7 +97,7 @@ static void emit(emit_t *e, node_t *n, int depth, double x)
     node_t **v = xcalloc(nc, sizeof *v);
     nc = 0;
     for (node_t *c = n->child; c; c = c->next) v[nc++] = c;
-    qsort(v, nc, sizeof *v, cmp_name);
+    if (nc) qsort(v, nc, sizeof *v, cmp_name);
     for (size_t i = 0; i < nc; i++) {
         emit(e, v[i], depth + 1, x);
         x += v[i]->v;

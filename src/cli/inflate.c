@@ -309,7 +309,7 @@ int cli_gunzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, con
                        (uint32_t)h[p + 3] << 24;
         uint32_t isize = (uint32_t)h[p + 4] | (uint32_t)h[p + 5] << 8 | (uint32_t)h[p + 6] << 16 |
                          (uint32_t)h[p + 7] << 24;
-        if (crc != cli_crc32(0, *out + start, *outlen - start)) {
+        if (crc != cli_crc32(0, *out ? *out + start : (const uint8_t *)"", *outlen - start)) {
             *err = "gzip: CRC mismatch (corrupt file)";
             goto bad;
         }

@@ -478,9 +478,9 @@ static int parse_proto(const uint8_t *data, size_t len, cli_profile_t *out, char
         }
     }
     (void)period_type;
-    qsort(maps.v, maps.n, sizeof *maps.v, rec_cmp);
-    qsort(locs.v, locs.n, sizeof *locs.v, rec_cmp);
-    qsort(funcs.v, funcs.n, sizeof *funcs.v, rec_cmp);
+    if (maps.n) qsort(maps.v, maps.n, sizeof *maps.v, rec_cmp);
+    if (locs.n) qsort(locs.v, locs.n, sizeof *locs.v, rec_cmp);
+    if (funcs.n) qsort(funcs.v, funcs.n, sizeof *funcs.v, rec_cmp);
     uint64_t size_key = UINT64_MAX;
     for (size_t i = 0; i < nstrs; i++)
         if (STREQ(i, "bytes")) size_key = i;

@@ -202,7 +202,7 @@ void collect_sites(const cli_profile_t *p, const view_t *v, int which, sitetab_t
 
 void sort_sites(sitetab_t *t, bool by_key)
 {
-    qsort(t->sites, t->n, sizeof *t->sites, by_key ? site_cmp_key : site_cmp_val);
+    if (t->n) qsort(t->sites, t->n, sizeof *t->sites, by_key ? site_cmp_key : site_cmp_val);
     free(t->hash);
     t->hash = NULL;
     t->hcap = 0;

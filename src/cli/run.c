@@ -227,7 +227,7 @@ int cmd_run(int argc, char **argv)
         for (size_t s = 0; s < p->nsamples; s++) g[k].total += p->samples[s].v[v.alloc ? V_ALLOC_BYTES : V_INUSE_BYTES];
     }
     if (d) closedir(d);
-    qsort(g, ng, sizeof *g, group_cmp);
+    if (ng) qsort(g, ng, sizeof *g, group_cmp);
     cli_setup_color(stderr);
     sym_opts.progress = true;
     fprintf(stderr, "\n%sprofmalloc run%s: %s exited with status %d; %zu profile%s in %s\n", col("\033[1m"),

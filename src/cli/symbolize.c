@@ -489,7 +489,7 @@ static void load_lines(obj_t *o, const image_t *im)
         line_unit(o, &u, dw64, &ss, &cap);
         r.p += ulen;
     }
-    qsort(o->rows, o->nrows, sizeof *o->rows, row_cmp);
+    if (o->nrows) qsort(o->rows, o->nrows, sizeof *o->rows, row_cmp);
 }
 
 static const row_t *find_row(const obj_t *o, uint64_t a)
@@ -589,7 +589,7 @@ static obj_t *load_obj(const char *path, const char *build_id, const char *debug
     if (find_sec(&o->img, ".symtab")) load_syms(o, &o->img, SHT_SYMTAB);
     else if (o->dbg.base && find_sec(&o->dbg, ".symtab")) load_syms(o, &o->dbg, SHT_SYMTAB);
     load_syms(o, &o->img, SHT_DYNSYM);
-    qsort(o->syms, o->nsyms, sizeof *o->syms, sym_cmp);
+    if (o->nsyms) qsort(o->syms, o->nsyms, sizeof *o->syms, sym_cmp);
     load_lines(o, find_sec(dbg, ".debug_line") ? dbg : &o->img);
     o->ok = true;
     return o;

@@ -44,3 +44,32 @@ CHECK_TARGETS += check-cli
 check-cli: $(CLI_BIN) $(PM_SO) $(CLI_SITES) $(CLI_TEST)/test_demangle
 	$(CLI_TEST)/test_demangle
 	$(TEST_TIMEOUT) 300 python3 test/cli/test_cli.py --build $(BUILD)
+
+# ---- fuzzing the readers (clang's libFuzzer) ---------------------------------
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 600
+CLI_FUZZ := $(CLI_TEST)/fuzz_readers
+CLI_FUZZ_SRCS := test/cli/fuzz_readers.c src/cli/profile.c src/cli/inflate.c src/cli/report.c \
+	src/cli/symbolize.c src/cli/demangle.c
+
+$(CLI_FUZZ): $(CLI_FUZZ_SRCS) src/cli/cli.h src/cli/cli_main.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Isrc/cli -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $(CLI_FUZZ_SRCS) -o $@
+
+# The working corpus lives in the build tree, seeded from test/cli/corpus.
+.PHONY: check-cli-fuzz fuzz
+CHECK_TARGETS += check-cli-fuzz
+check-cli-fuzz:
+	@if command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory $(CLI_FUZZ) && mkdir -p $(CLI_TEST)/fuzz-corpus && \
+		cp -n test/cli/corpus/* $(CLI_TEST)/fuzz-corpus/ && \
+		$(CLI_FUZZ) -max_total_time=20 -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(CLI_TEST)/ -print_final_stats=0 \
+			$(CLI_TEST)/fuzz-corpus 2>$(CLI_TEST)/fuzz.log || { tail -n 40 $(CLI_TEST)/fuzz.log; exit 1; }; \
+		tail -n 1 $(CLI_TEST)/fuzz.log; \
+	else echo "check-cli-fuzz: skipped ($(FUZZ_CC) not installed; .ci/run installs clang)"; fi
+
+fuzz: $(CLI_FUZZ)
+	mkdir -p $(CLI_TEST)/fuzz-corpus
+	cp -n test/cli/corpus/* $(CLI_TEST)/fuzz-corpus/
+	$(CLI_FUZZ) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(CLI_TEST)/ $(CLI_TEST)/fuzz-corpus
