@@ -57,6 +57,45 @@ int cli_read_profile(const char *path, cli_profile_t *p, char *err, size_t errle
 int cli_parse_profile(const uint8_t *data, size_t len, cli_profile_t *p, char *err, size_t errlen);
 void cli_free_profile(cli_profile_t *p);
 
+/* samples behind an estimate of objs objects (bytes in all) at rate R */
+double cli_count_behind(double objs, double bytes, uint64_t size, uint64_t rate);
+
+/* timeline.c: the PROFMALLOC_TIMELINE log (doc/timeline.md, version 1) */
+typedef struct {
+    uint64_t t, live, max, min, allocs, frees, alloc_bytes, free_bytes;
+} cli_tl_rec_t;
+
+typedef struct {
+    uint64_t bytes, objs, size;
+    uint64_t *pcs;
+    uint32_t depth;
+} cli_tl_site_t;
+
+typedef struct {
+    uint64_t t, live;
+    cli_tl_site_t *sites;
+    uint32_t nsites;
+} cli_tl_peak_t;
+
+typedef struct {
+    cli_tl_rec_t *recs;
+    size_t nrecs;
+    cli_tl_peak_t *peaks;
+    size_t npeaks;
+    cli_map_t *maps;
+    size_t nmaps;
+    uint64_t rate, pid, start_ns, interval_ms;
+    bool ended;     /* a Z record: the process exited normally */
+    bool truncated; /* an incomplete last line or peak block was dropped */
+} cli_timeline_t;
+
+int cli_parse_timeline(const uint8_t *data, size_t len, cli_timeline_t *tl, char *err, size_t errlen);
+void cli_free_timeline(cli_timeline_t *tl);
+/* one part of a rotated log, appended to tl (first: the oldest part) */
+int cli_timeline_part(const char *text, size_t len, cli_timeline_t *tl, bool first, char *err, size_t errlen);
+/* the profile at peak i (inuse values only) */
+void cli_timeline_profile(const cli_timeline_t *tl, size_t i, cli_profile_t *p);
+
 /* writers (convert) */
 int cli_write_pprof(FILE *f, const cli_profile_t *p, bool gzip);
 int cli_write_legacy(FILE *f, const cli_profile_t *p);

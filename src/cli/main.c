@@ -26,6 +26,7 @@ static const char *const usage_main =
     "  flame    an interactive SVG flame graph of a profile\n"
     "  stats    the allocator statistics a profile carries\n"
     "  convert  pprof <-> gperftools legacy text\n"
+    "  timeline live bytes over time and the sites at each peak (PROFMALLOC_TIMELINE)\n"
     "\n"
     "Profiles are pprof profile.proto files (gzip'd or not) or gperftools heap\n"
     "text (.heap), as the library writes them (PROFMALLOC_DUMP) or as Go and\n"
@@ -644,7 +645,8 @@ dispatch:;
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {{"top", cmd_top},     {"diff", cmd_diff},   {"stats", cmd_stats}, {"convert", cmd_convert},
-                {"flame", cmd_flame}, {"run", cmd_run}, {"demangle", cmd_demangle},     {NULL, NULL}};
+                {"flame", cmd_flame}, {"run", cmd_run}, {"demangle", cmd_demangle},
+                {"timeline", cmd_timeline},     {NULL, NULL}};
     for (int i = 0; cmds[i].name; i++)
         if (!strcmp(argv[0], cmds[i].name)) return cmds[i].fn(argc, argv);
     fprintf(stderr, "profmalloc: unknown command '%s'\n%s", argv[0], usage_main);

@@ -174,7 +174,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* Raw sample count behind an estimate of objs objects of size s at rate R. */
-static double count_behind(double objs, double bytes, uint64_t size, uint64_t rate)
+double cli_count_behind(double objs, double bytes, uint64_t size, uint64_t rate)
 {
     if (objs <= 0) return 0;
     if (rate <= 1) return objs;
@@ -539,8 +539,8 @@ static int parse_proto(const uint8_t *data, size_t len, cli_profile_t *out, char
             if (idx[k] >= 0 && (size_t)idx[k] < rs->vals.n) s->v[k] = (double)(int64_t)rs->vals.v[idx[k]];
         for (size_t k = 0; k + 1 < rs->labels_size.n; k += 2)
             if (rs->labels_size.v[k] == size_key) s->size = rs->labels_size.v[k + 1];
-        s->n[0] = count_behind(s->v[V_INUSE_OBJ], s->v[V_INUSE_BYTES], s->size, period);
-        s->n[1] = count_behind(s->v[V_ALLOC_OBJ], s->v[V_ALLOC_BYTES], s->size, period);
+        s->n[0] = cli_count_behind(s->v[V_INUSE_OBJ], s->v[V_INUSE_BYTES], s->size, period);
+        s->n[1] = cli_count_behind(s->v[V_ALLOC_OBJ], s->v[V_ALLOC_BYTES], s->size, period);
     }
     out->ncomments = comments.n;
     out->comments = xcalloc(comments.n, sizeof *out->comments);

@@ -50,7 +50,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 600
 CLI_FUZZ := $(CLI_TEST)/fuzz_readers
 CLI_FUZZ_SRCS := test/cli/fuzz_readers.c src/cli/profile.c src/cli/inflate.c src/cli/report.c \
-	src/cli/symbolize.c src/cli/demangle.c
+	src/cli/symbolize.c src/cli/demangle.c src/cli/timeline_read.c
 
 $(CLI_FUZZ): $(CLI_FUZZ_SRCS) src/cli/cli.h src/cli/cli_main.h
 	@mkdir -p $(@D)

@@ -14,6 +14,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
     cli_profile_t p;
     char err[256];
+    cli_timeline_t tl;
+    if (cli_parse_timeline(data, len, &tl, err, sizeof err) == 0) {
+        for (size_t i = 0; i < tl.npeaks; i++) {
+            cli_timeline_profile(&tl, i, &p);
+            cli_free_profile(&p);
+        }
+        cli_free_timeline(&tl);
+    }
     if (cli_parse_profile(data, len, &p, err, sizeof err) != 0) return 0;
     view_t views[2] = {{false, false, true}, {true, true, false}};
     for (int i = 0; i < 2; i++) {

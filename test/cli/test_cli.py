@@ -457,6 +457,99 @@ def test_demangle_never_wrong():
     expect(done > len(names) // 3, 'the common forms are understood (%d of %d)' % (done, len(names)))
 
 
+# ---- timeline ----------------------------------------------------------------
+
+MB = 1 << 20
+
+
+def known_timeline():
+    """A log in doc/timeline.md's format with a known shape: growth to
+    20 MiB at 1.0 s, a fall to 2 MiB, a second peak of 10 MiB at 1.8 s, a
+    fall to 1 MiB; its peak sites are sites_pie's leak_site and
+    calloc_site.  Ends with an incomplete peak block and a torn line."""
+    d, sites = profile_of('pie')
+    j = top_json(os.path.join(d, 'before.pb.gz'), '--lines')
+    by = {x['function']: x for x in j['sites']}
+    exe = by['leak_site']['object']
+    base = 0x555555554000
+    pc = lambda name: '%x' % (base + int(by[name]['address'], 16) + 1)
+    live = [2 * MB * k for k in range(1, 11)] + [10 * MB, 4 * MB, 2 * MB] + [4 * MB, 6 * MB, 8 * MB, 9 * MB, 10 * MB] + [5 * MB, 1 * MB]
+    lines = ['profmalloc-timeline 1 pid=4242 start_ns=1795000000000000000 rate=1 interval_ms=100 part=0',
+             'M %x-%x 0 %s' % (base, base + 0x10000, exe)]
+    prev = 0
+    for i, v in enumerate(live):
+        t = 100 * (i + 1)
+        lines.append('R %d %d %d %d 10 0 %d 0' % (t, v, max(v, prev), min(v, prev), max(v - prev, 0)))
+        if t == 1000:
+            lines += ['P 1000 %d 2' % v, 'S %d 180 100000 %s,%x' % (18 * MB, pc('leak_site'), base + 0x2000),
+                      'S %d 40 50000 %s' % (2 * MB, pc('calloc_site')), 'E 2']
+        if t == 1800:
+            lines += ['P 1800 %d 1' % v, 'S %d 10 100000 %s' % (10 * MB, pc('calloc_site')), 'E 1']
+        prev = v
+    lines += ['Z 2000', 'P 2100 3 1', 'S 5 5 1 %s' % pc('leak_site')]
+    path = os.path.join(d, 'known.timeline')
+    open(path, 'w').write('\n'.join(lines) + '\nR 2200 1')
+    return path, live, sites
+
+
+def test_timeline_summary_and_peaks():
+    path, live, sites = known_timeline()
+    r = run([PM, 'timeline', path], check=0)
+    rows = [l for l in r.stdout.splitlines() if re.match(r'\s+\d+\s+\d', l)]
+    expect(len(rows) == 2, 'two complete peaks (the unfinished block dropped): %s' % r.stdout)
+    expect(re.search(r'1\s+1\.00 s\s+20\.0 MiB\s+leak_site\s+\S*sites\.c:%d' % sites['leak_site'][0], rows[0]), rows[0])
+    expect('calloc_site' in rows[1] and '10.0 MiB' in rows[1], rows[1])
+    expect('%d records' % len(live) in r.stdout and 'ended at exit' in r.stdout, r.stdout)
+    r = run([PM, 'timeline', path, '--peak', 'max'], check=0)
+    expect(re.search(r'18\.0 MiB\s+\S+\s+leak_site', r.stdout), r.stdout)
+    r = run([PM, 'timeline', path, '--at', '1.7'], check=0)
+    expect('peak 2 of' in r.stdout and 'calloc_site' in r.stdout, r.stdout)
+    out = os.path.join(os.path.dirname(path), 'peak1.pb.gz')
+    run([PM, 'timeline', path, '--peak', '1', '-o', out], check=0)
+    j = top_json(out)
+    expect(j['total'] == 20 * MB and j['sites'][0]['function'] == 'leak_site', j)
+    expect(run([PM, 'timeline', path, '--peak', '3']).returncode == 2, 'no third peak')
+
+
+def test_timeline_svg_shape():
+    path, live, _ = known_timeline()
+    svg = os.path.join(os.path.dirname(path), 'timeline.svg')
+    run([PM, 'timeline', path, '-o', svg], check=0)
+    root = ET.parse(svg).getroot()
+    S = '{http://www.w3.org/2000/svg}'
+    line = [e for e in root.iter(S + 'polyline') if e.get('id') == 'live'][0]
+    pts = [tuple(map(float, p.split(','))) for p in line.get('points').split()]
+    expect(len(pts) == len(live), '%d points for %d records' % (len(pts), len(live)))
+    # the drawn shape is the known one: y falls (on screen) as live rises
+    for (x0, y0), (x1, y1), a, b in zip(pts, pts[1:], live, live[1:]):
+        expect(x1 > x0, 'time goes right')
+        expect((y1 < y0) == (b > a) and (y1 == y0) == (b == a), 'shape at %s -> %s' % (a, b))
+    peaks = [g for g in root.iter(S + 'g') if g.get('class') == 'peak']
+    expect([int(g.get('data-live')) for g in peaks] == [20 * MB, 10 * MB], 'peaks marked')
+    hi = min(pts, key=lambda p: p[1])
+    c = peaks[0].find(S + 'circle')
+    expect(abs(float(c.get('cx')) - hi[0]) < 0.5 and abs(float(c.get('cy')) - hi[1]) < 0.5, 'marker on the top')
+    text = ' '.join(t.text or '' for t in root.iter(S + 'text'))
+    expect('leak_site' in text and 'sites.c:' in text, 'the highest peak\'s sites listed: %s' % text[-300:])
+
+
+def test_timeline_corrupt():
+    path, _, _ = known_timeline()
+    data = open(path, 'rb').read()
+    bad = os.path.join(os.path.dirname(path), 'bad.timeline')
+    open(bad, 'wb').write(data.replace(b'profmalloc-timeline 1', b'profmalloc-timeline 2', 1))
+    r = run([PM, 'timeline', bad])
+    expect(r.returncode == 2 and 'version' in r.stderr, r.stderr)
+    rnd = random.Random(27)
+    for k in range(40):
+        b = bytearray(data[:rnd.randrange(1, len(data))])
+        for _ in range(rnd.randrange(0, 4)):
+            b[rnd.randrange(len(b))] = rnd.randrange(256)
+        open(bad, 'wb').write(bytes(b))
+        r = run([PM, 'timeline', bad, '-o', bad + '.svg'], timeout=20)
+        expect(r.returncode in (0, 2), 'exit %d: %s' % (r.returncode, r.stderr))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     names = [a for a in sys.argv[1:] if a.startswith('test_')]
