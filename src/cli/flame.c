@@ -90,6 +90,19 @@ static void emit(emit_t *e, node_t *n, int depth, double x)
                   "<text x=\"%.2f\" y=\"%d\">",
             val, 100 * n->v / e->total, 10 + e->width * x / e->total, e->height - 36 - 16 * (depth + 1), px, r, g, b,
             13 + e->width * x / e->total, e->height - 36 - 16 * depth - 5);
+    /* the label as the script fits it (so that it shows without script) */
+    int fit = (int)((px - 6) / 7);
+    size_t nl = strlen(n->name);
+    if (fit >= 3) {
+        if (nl <= (size_t)fit) {
+            xml(e->f, n->name);
+        } else {
+            char *t = xstrndup(n->name, (size_t)fit - 2);
+            xml(e->f, t);
+            fputs("..", e->f);
+            free(t);
+        }
+    }
     fprintf(e->f, "</text></g>\n");
     /* children in name order, as flame graphs lay them out */
     size_t nc = 0;

@@ -6,7 +6,8 @@
  *                      dumps DIR/after.pb.gz (for diff)
  *   sites fork         a child process allocates at child_site
  *   sites exec         the process execs itself as "sites child"
- *   sites child        allocates at child_site and exits */
+ *   sites child        allocates at child_site and exits
+ *   sites peak         8 MiB at peak_site, freed, then 100000 bytes kept */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -50,6 +51,13 @@ NOINL static void dup_site(int *line)
     keep[nkeep++] = strdup(s); *line = __LINE__;
 }
 
+NOINL static void *peak_site(size_t n, int *line)
+{
+    void *p = malloc(n); *line = __LINE__;
+    memset(p, 1, n);
+    return p;
+}
+
 NOINL static void child_site(int *line)
 {
     keep[nkeep++] = malloc(222222); *line = __LINE__;
@@ -76,11 +84,20 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "many")) {
+        static void *many[20000];
         for (int i = 0; i < 20000; i++) {
-            static void *volatile many[20000];
             many[i] = malloc(100); line = __LINE__;
         }
+        keep[0] = many;
         printf("site main %d 2000000\n", line);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "peak")) { /* 8 MiB held, freed, then 100000 kept */
+        void *big = peak_site(8 << 20, &line);
+        printf("site peak_site %d 0\n", line);
+        free(big);
+        leak_site(100000, &line);
+        printf("site leak_site %d 100000\n", line);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "exec")) {

@@ -285,6 +285,10 @@ def test_flame_svg():
     text = open(svg).read()
     expect('<script' in text and 'http://' not in text.replace('http://www.w3.org', ''),
            'script inline, nothing fetched')
+    if shutil.which('node'):
+        flame_script(svg, root, sites)
+    else:
+        print('  (no node: the script is not exercised)')
     # a headless browser renders it, when one is installed
     for b in ('chromium', 'chromium-browser', 'google-chrome'):
         if shutil.which(b):
@@ -296,6 +300,39 @@ def test_flame_svg():
             break
     else:
         print('  (no chromium installed: the SVG is not rendered)')
+
+
+def flame_script(svg, root, sites):
+    """The SVG's own script, run by node against a stand-in DOM: hovering a
+    frame shows its title, a click zooms it to the full width and hides
+    what is not above or below it, Search highlights and measures."""
+    S = '{http://www.w3.org/2000/svg}'
+    fr = []
+    for g in root.iter(S + 'g'):
+        if g.get('class') == 'f':
+            r = g.find(S + 'rect')
+            t = g.find(S + 'title').text
+            fr.append({'d': int(g.get('data-d')), 'x': float(g.get('data-x')), 'v': float(g.get('data-v')),
+                       'rx': float(r.get('x')), 'rw': float(r.get('width')), 'title': t, 'name': t.rsplit(' (', 1)[0]})
+    d = os.path.dirname(svg)
+    fj, sj = os.path.join(d, 'frames.json'), os.path.join(d, 'script.js')
+    json.dump({'w': float(root.get('data-w')), 'total': float(root.get('data-total')), 'frames': fr}, open(fj, 'w'))
+    text = open(svg).read()
+    open(sj, 'w').write(text[text.index('<![CDATA[') + 9:text.index(']]>')])
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = run(['node', os.path.join(here, 'flame_dom.js'), fj, sj, 'leak_site', '^(calloc|lib)_site$'], check=0)
+    res = json.loads(r.stdout)
+    expect(res['hovered'].startswith('leak_site ('), 'hover shows the frame: %r' % res['hovered'])
+    leak = [f for f in res['after'] if f['name'] == 'leak_site'][0]
+    expect(abs(leak['w'] - float(root.get('data-w'))) < 0.01 and leak['shown'], 'zoomed frame is full width: %s' % leak)
+    expect(leak['label'] == 'leak_site', 'its label fits now: %r' % leak['label'])
+    hidden = [f['name'] for f in res['after'] if not f['shown']]
+    expect('calloc_site' in hidden and 'lib_site' in hidden, 'siblings hidden: %s' % hidden)
+    expect(sorted(res['highlighted']) == ['calloc_site', 'lib_site'], res['highlighted'])
+    total = float(root.get('data-total'))
+    want = 100 * (sites['calloc_site'][1] + sites['lib_site'][1]) / total
+    expect(res['matched'] == 'Matched: %.2f%%' % want, '%s, want %.2f%%' % (res['matched'], want))
+    expect(res['reset'] == 0, 'reset zoom shows every frame again')
 
 
 # ---- run ---------------------------------------------------------------------
@@ -326,6 +363,40 @@ def test_run_exec():
     r, d, lines = run_cmd('exec', 0)
     expect(re.search(r'child_site\s+\S*sites\.c:%d' % lines['child_site'], r.stderr), r.stderr)
     expect('exited with status 0' in r.stderr, r.stderr)
+
+
+def test_run_peak_leaks_timeline():
+    """--peak, --leaks and --timeline, on a library that has issue 27's
+    PROFMALLOC_DUMP_PEAK, PROFMALLOC_LEAKS and PROFMALLOC_TIMELINE (each
+    part skipped with a message on one that has not)."""
+    d = os.path.join(OUT, 'run-peak')
+    shutil.rmtree(d, ignore_errors=True)
+    r = run([PM, 'run', '--rate', '1', '--out', d, '--peak', '--leaks', '--timeline', '--lines', '--',
+             os.path.join(T, 'sites_pie'), 'peak'], env={'LD_PRELOAD': ''}, check=0)
+    lines = dict((l.split()[1], int(l.split()[2])) for l in r.stdout.splitlines())
+    files = os.listdir(d)
+    err = r.stderr
+    held = err[:err.index('at the peak')] if 'at the peak' in err else err
+    expect(re.search(r'leak_site\s+\S*sites\.c:%d' % lines['leak_site'], held), err)
+    expect('peak_site' not in held, 'the freed block is not held at exit: %s' % held)
+    if any(f.startswith('peak.') for f in files):
+        peak = err[err.index('at the peak'):]
+        top = [l for l in peak.splitlines() if 'sites.c' in l][0]
+        expect(re.search(r'8\.00 MiB .*peak_site\s+\S*sites\.c:%d' % lines['peak_site'], top), peak)
+    else:
+        expect('does not support PROFMALLOC_DUMP_PEAK' in err, err)
+        print('  (library without PROFMALLOC_DUMP_PEAK: --peak checked for its message only)')
+    if any(f.startswith('leaks.') for f in files):
+        expect('still allocated at exit (leaks)' in err, err)
+    else:
+        expect('does not support PROFMALLOC_LEAKS' in err, err)
+        print('  (library without PROFMALLOC_LEAKS: --leaks checked for its message only)')
+    tls = [f for f in files if f.startswith('timeline.')]
+    if tls:
+        r = run([PM, 'timeline', os.path.join(d, tls[0])], check=0)
+        expect('records' in r.stdout, r.stdout)
+    else:
+        print('  (library without PROFMALLOC_TIMELINE: --timeline checked for its message only)')
 
 
 def test_run_errors():
@@ -379,13 +450,13 @@ def test_corrupt_and_truncated_inputs():
 
 
 def test_help_and_usage():
-    for sub in ('run', 'top', 'diff', 'flame', 'stats', 'convert'):
+    for sub in ('run', 'top', 'diff', 'flame', 'stats', 'convert', 'timeline', 'demangle'):
         r = run([PM, sub, '--help'], check=0)
         expect(r.stdout.startswith('usage: profmalloc ' + sub), r.stdout)
         expect(all(len(l) <= 80 for l in r.stdout.splitlines()), '%s --help fits 80 columns' % sub)
         r = run([PM, 'help', sub], check=0)
         expect(sub in r.stdout, 'help ' + sub)
-        if sub != 'run':
+        if sub not in ('run', 'demangle'):
             r = run([PM, sub, '--bogus', 'x'])
             expect(r.returncode == 2 and 'unknown option' in r.stderr, '%s --bogus: %d' % (sub, r.returncode))
     r = run([PM, '--help'], check=0)
