@@ -53,6 +53,7 @@ static int bits(state_t *s, int need)
 
 static void put(state_t *s, const uint8_t *p, size_t n)
 {
+    if (!n) return;
     if (n > s->limit - s->outlen) fail(s, "uncompressed data is too large");
     if (s->outlen + n > s->outcap) {
         size_t cap = s->outcap ? s->outcap : 65536;
