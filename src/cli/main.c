@@ -546,9 +546,12 @@ int cmd_stats(int argc, char **argv)
     printf("  %-17s %9zu %13s  (stack, size) pairs\n", "records", p.nsamples, "");
     double x;
     if (!find_total(tot, nt, "in_use", &x) && x > 0)
-        printf("\nThe sample covers %.1f%% of the bytes in use (estimates vary by about\n"
-               "1/sqrt(samples) per site; see profmalloc top for each site's error).\n",
-               100 * s[V_INUSE_BYTES] / x);
+    {
+        printf("\nThe profile accounts for %.1f%% of the bytes in use: it counts the bytes each\n"
+               "call asked for, the allocator the size classes they were rounded up to%s\n",
+               100 * s[V_INUSE_BYTES] / x,
+               p.period > 1 ? ";\nand it is an estimate from samples (each site's error: profmalloc top)." : ".");
+    }
     cli_free_profile(&p);
     return 0;
 }
