@@ -23,4 +23,10 @@ install-cli: $(CLI_BIN)
 	install -m 755 $(CLI_BIN) $(DESTDIR)$(PREFIX)/bin/profmalloc
 	install -m 644 doc/profmalloc.1 $(DESTDIR)$(MANDIR)/man1/profmalloc.1
 
+
+uninstall: uninstall-cli
+.PHONY: uninstall-cli
+uninstall-cli:
+	rm -f $(DESTDIR)$(PREFIX)/bin/profmalloc $(DESTDIR)$(MANDIR)/man1/profmalloc.1
+
 -include $(wildcard $(OBJ)/cli/*.d)

@@ -399,6 +399,24 @@ def test_run_peak_leaks_timeline():
         print('  (library without PROFMALLOC_TIMELINE: --timeline checked for its message only)')
 
 
+def test_installed_run():
+    """make install puts the command in PREFIX/bin and its man page in
+    man1; the installed command finds the installed library (../lib)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    dest = os.path.join(OUT, 'inst')
+    shutil.rmtree(dest, ignore_errors=True)
+    run(['make', '-s', '-C', root, 'BUILD=' + BUILD, 'install', 'DESTDIR=' + dest, 'PREFIX=/opt/pm'], check=0,
+        timeout=120)
+    pm = os.path.join(dest, 'opt/pm/bin/profmalloc')
+    expect(os.access(pm, os.X_OK), 'installed command')
+    expect(os.path.exists(os.path.join(dest, 'opt/pm/share/man/man1/profmalloc.1')), 'man page installed')
+    d = os.path.join(OUT, 'run-inst')
+    shutil.rmtree(d, ignore_errors=True)
+    r = run([pm, 'run', '--rate', '1', '--out', d, '--', os.path.join(T, 'sites_pie'), 'child'], env={'LD_PRELOAD': ''})
+    expect(r.returncode == 0 and 'child_site' in r.stderr, r.stderr)
+    expect(any(f.startswith('heap.') for f in os.listdir(d)), 'a profile written through the installed library')
+
+
 def test_run_errors():
     r = run([PM, 'run', '--', '/nonexistent/program'])
     expect(r.returncode == 127, 'a command that cannot start: %d' % r.returncode)
