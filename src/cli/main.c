@@ -453,7 +453,7 @@ static const char *stat_help(const char *k)
 {
     static const char *const h[][2] = {
         {"in_use", "held by the program"},
-        {"requested", "asked for by the program"},
+        {"requested", "requested, by size class"},
         {"mapped", "bytes mapped from the OS"},
         {"resident_estimate", "estimated resident"},
         {"thread_cache", "free in thread caches"},
