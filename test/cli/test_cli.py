@@ -219,6 +219,30 @@ def test_diff_finds_the_leak():
 
 # ---- stats -------------------------------------------------------------------
 
+def test_go_heap_profile():
+    """A heap profile written by Go's runtime/pprof (test/prof/goheap): its
+    allocation site is main.main at the line of its make()."""
+    if not shutil.which('go'):
+        print('  (no go: skipped)')
+        return
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    src = os.path.join(root, 'test', 'prof', 'goheap', 'main.go')
+    d = os.path.join(OUT, 'go')
+    os.makedirs(d, exist_ok=True)
+    r = run(['go', 'build', '-o', os.path.join(d, 'goheap'), src], timeout=240,
+            env={'GOCACHE': os.path.join(BUILD, 'test', 'gocache'), 'GOFLAGS': '-mod=mod'})
+    if r.returncode != 0:
+        print('  (go build failed, skipped: %s)' % r.stderr.strip()[-200:])
+        return
+    prof = os.path.join(d, 'go-heap.pb.gz')
+    run([os.path.join(d, 'goheap'), prof], check=0)
+    line = [i + 1 for i, l in enumerate(open(src)) if 'make([]byte' in l][0]
+    j = top_json(prof, '--alloc', '--lines')
+    s = j['sites'][0]
+    expect(s['function'] == 'main.main' and s['file'].endswith('main.go') and s['line'] == line, s)
+    expect(j['period'] == 512 * 1024 and s['samples'] >= 1 and s['stderr'] > 0, j)
+
+
 def test_stats():
     d, _ = profile_of('pie')
     r = run([PM, 'stats', os.path.join(d, 'before.pb.gz'), '--json'], check=0)
