@@ -147,6 +147,7 @@ def test_top_human_output():
     for l in lines:
         expect(len(l) <= 80, 'line longer than 80 columns: %r' % l)
     expect('\033[' not in r.stdout, 'colour codes in output that is not a terminal')
+    expect(r.stderr == '', 'nothing on stderr when symbolizing is quick: %r' % r.stderr)
     expect(re.search(r'leak_site\s+\S*sites\.c:\d+', r.stdout), r.stdout)
     expect(lines[-1].split()[-1] != '' and 'total' in lines[-1], 'total line: %r' % lines[-1])
     expect('more sites' in r.stdout, '-n 3 says how many were left out')
@@ -241,6 +242,31 @@ def test_go_heap_profile():
     s = j['sites'][0]
     expect(s['function'] == 'main.main' and s['file'].endswith('main.go') and s['line'] == line, s)
     expect(j['period'] == 512 * 1024 and s['samples'] >= 1 and s['stderr'] > 0, j)
+
+
+def test_progress_line_when_symbolizing_is_slow():
+    """Symbolizing that takes over a second shows a progress line on
+    stderr: the profile's first mapping is a FIFO that this test opens
+    only after 1.3 s, so reading the objects takes that long."""
+    d = os.path.join(OUT, 'progress')
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    fifo = os.path.join(d, 'slow-object')
+    os.mkfifo(fifo)
+    exe = os.path.join(T, 'sites_pie')
+    prof = os.path.join(d, 'p.heap')
+    open(prof, 'w').write('heap profile:      2:      200 [     2:      200] @ heapprofile\n'
+                          '     1:      100 [     1:      100] @ 0x10000100\n'
+                          '     1:      100 [     1:      100] @ 0x20001100\n\nMAPPED_LIBRARIES:\n'
+                          '10000000-10001000 r-xp 00000000 00:00 0 %s\n'
+                          '20000000-20010000 r-xp 00000000 00:00 0 %s\n' % (fifo, exe))
+    p = subprocess.Popen([PM, 'top', prof], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.3)
+    w = os.open(fifo, os.O_WRONLY)
+    os.close(w)
+    out, err = p.communicate(timeout=30)
+    expect(p.returncode == 0 and 'symbolizing' in err and exe in err, 'progress on stderr: %r' % err)
+    expect('symbolizing' not in out, 'not on stdout')
 
 
 def test_stats():
