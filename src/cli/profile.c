@@ -663,20 +663,19 @@ static int parse_legacy(const char *text, size_t len, cli_profile_t *out, char *
     addrmap_t am = {0};
     uint64_t rate = 0;
     int scaled = 0, in_maps = 0;
+    char *buf = NULL;
+    size_t bufcap = 0;
     out->legacy = true;
     out->has_counts = true;
     while (line < end) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         const char *le = nl ? nl : end;
-        char buf[4096];
         size_t n = (size_t)(le - line);
         lineno++;
-        if (n >= sizeof buf) {
-            if (!in_maps) {
-                seterr(err, errlen, "line %zu: too long", lineno);
-                goto bad;
-            }
-            n = sizeof buf - 1;
+        if (n >= bufcap) {
+            bufcap = n + 1 > 4096 ? n + 1 : 4096;
+            free(buf);
+            buf = xmalloc(bufcap);
         }
         memcpy(buf, line, n);
         buf[n] = 0;
@@ -801,11 +800,13 @@ static int parse_legacy(const char *text, size_t len, cli_profile_t *out, char *
     }
     free(am.keys);
     free(am.vals);
+    free(buf);
     attach_maps(out);
     return 0;
 bad:
     free(am.keys);
     free(am.vals);
+    free(buf);
     cli_free_profile(out);
     return -1;
 }
@@ -900,15 +901,38 @@ static void ob_bytes(obuf_t *b, unsigned field, const void *d, size_t n)
 typedef struct {
     char **s;
     size_t n, cap;
+    uint32_t *hash; /* open addressing: index + 1, 0 empty */
+    size_t hcap;
 } strtab_t;
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
 
 static uint64_t st_add(strtab_t *t, const char *s)
 {
     if (!s) s = "";
-    for (size_t i = 0; i < t->n; i++) /* profiles have few distinct strings */
-        if (!strcmp(t->s[i], s)) return i;
+    if (t->n * 2 >= t->hcap) {
+        size_t cap = t->hcap ? t->hcap * 2 : 256;
+        uint32_t *h = xcalloc(cap, sizeof *h);
+        for (size_t i = 0; i < t->n; i++) {
+            size_t x = str_hash(t->s[i]) & (cap - 1);
+            while (h[x]) x = (x + 1) & (cap - 1);
+            h[x] = (uint32_t)i + 1;
+        }
+        free(t->hash);
+        t->hash = h;
+        t->hcap = cap;
+    }
+    size_t x = str_hash(s) & (t->hcap - 1);
+    for (; t->hash[x]; x = (x + 1) & (t->hcap - 1))
+        if (!strcmp(t->s[t->hash[x] - 1], s)) return t->hash[x] - 1;
     if (t->n == t->cap) t->s = xrealloc(t->s, (t->cap = t->cap ? t->cap * 2 : 64) * sizeof *t->s);
     t->s[t->n] = (char *)s;
+    t->hash[x] = (uint32_t)t->n + 1;
     return t->n++;
 }
 
@@ -1022,6 +1046,7 @@ int cli_write_pprof(FILE *f, const cli_profile_t *p, bool gz)
     free(sub.p);
     free(pk.p);
     free(st.s);
+    free(st.hash);
     return rc;
 }
 
