@@ -4,7 +4,8 @@
  * share, a click zooms to it, "Search" highlights the frames matching a
  * regular expression and gives their share.  Frames narrower than 0.1
  * pixel are left out (their bytes stay in their parent's width).
- * test/cli/flame_check.py parses the output and checks the totals. */
+ * test/cli/test_cli.py: test_flame_svg.  Single-threaded, like the
+ * whole command. */
 #include "cli.h"
 #include "cli_main.h"
 

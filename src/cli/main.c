@@ -1,9 +1,11 @@
 /* main.c — the profmalloc command: subcommand dispatch, help texts, and
  * the `top`, `diff`, `stats` and `convert` subcommands.  Exit status: 0
  * fine, 1 the data says something is wrong when asked (diff
- * --fail-on-growth), 2 usage or input errors (test/cli/run.sh checks
- * each).  Output fits 80 columns; colour only on a terminal, never with
- * NO_COLOR. */
+ * --fail-on-growth), 2 usage or input errors.  Output fits 80 columns;
+ * colour only on a terminal, never with NO_COLOR.  The command never runs
+ * another program (no binutils, Go or network) but the one `run` is
+ * given; it is single-threaded.  test/cli/test_cli.py:
+ * test_help_and_usage, test_diff_finds_the_leak, test_stats. */
 #include "cli.h"
 #include "cli_main.h"
 

@@ -3,7 +3,7 @@
  * (heap_v2/R, heapprofile), both into cli_profile_t, and back out for
  * `profmalloc convert`.  A reader never trusts a length, an index or a
  * count from the file: a truncated or corrupt profile gives a message
- * (test/cli/run.sh: corrupt inputs; fuzz_readers.c).  Ordinary stdio and
+ * (test_corrupt_and_truncated_inputs; test/cli/fuzz_readers.c).  Ordinary stdio and
  * malloc code: it runs in the command, not in the allocator. */
 #include "cli.h"
 

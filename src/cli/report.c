@@ -3,8 +3,8 @@
  * wrappers), with estimates, their standard errors and shares, as an
  * 80-column table or JSON.  The estimate's standard error follows from
  * the sampling: n samples of size s taken with probability p = 1 - e^(-s/R)
- * give a Horvitz-Thompson variance n (1 - p) (s / p)^2 (test/cli/run.sh:
- * top_stderr). */
+ * give a Horvitz-Thompson variance n (1 - p) (s / p)^2 (test/cli/test_cli.py:
+ * test_top_stderr). */
 #include "cli.h"
 #include "cli_main.h"
 

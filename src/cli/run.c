@@ -4,7 +4,7 @@
  * of each program it ran, processes of one program merged.  Exits with
  * the command's status (128 + signal when it was killed).  The library is
  * looked for next to the command (build/) and under the install prefix.
- * test/cli/run.sh: run_fork, run_exec, run_status. */
+ * test/cli/test_cli.py: test_run_fork, test_run_exec, test_run_errors. */
 #include "cli.h"
 #include "cli_main.h"
 

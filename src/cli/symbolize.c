@@ -5,8 +5,8 @@
  * build id under the debug directory or by .gnu_debuglink when the binary
  * is stripped.  A binary whose build id differs from the profile's is not
  * used (the names the profile carries are shown instead).  Every offset
- * read from a file is checked against its size (test/cli/run.sh:
- * symbolize_*).  Objects stay loaded for the process's life: `run`
+ * read from a file is checked against its size (test_top_pie,
+ * test_top_nopie, test_top_stripped_debuglink, test_top_stripped_buildid).  Objects stay loaded for the process's life: `run`
  * symbolizes many profiles of the same binaries. */
 #include "cli.h"
 
