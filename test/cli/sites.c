@@ -1,5 +1,5 @@
 /* sites.c — a program with known allocation sites for the profmalloc
- * command's tests (test/cli/run.sh).  Run under the preload at
+ * command's tests (test/cli/test_cli.py).  Run under the preload at
  * PROFMALLOC_SAMPLE_RATE=1, it prints each site's function and __LINE__
  * ("site NAME LINE BYTES_LIVE") and leaves a known amount live at each.
  *   sites [DIR]        dumps DIR/before.pb.gz, leaks more at leak_site,
