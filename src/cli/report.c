@@ -64,6 +64,16 @@ const char *loc_func(const cli_loc_t *l, char *buf, size_t len)
     return buf;
 }
 
+/* As loc_func, but an unnamed address as object+offset, as pprof shows it. */
+static const char *loc_name(const cli_profile_t *p, const cli_loc_t *l, char *buf, size_t len)
+{
+    if (l->sym_func || (l->func && l->func[0]) || l->map < 0) return loc_func(l, buf, len);
+    const cli_map_t *m = &p->maps[l->map];
+    const char *base = strrchr(m->file, '/');
+    snprintf(buf, len, "%s+0x%llx", base ? base + 1 : m->file, (unsigned long long)(l->addr - m->start + m->offset));
+    return buf;
+}
+
 const char *loc_file(const cli_loc_t *l, int64_t *line)
 {
     if (l->sym_func && l->sym_file) {
@@ -127,13 +137,13 @@ void collect_sites(const cli_profile_t *p, const view_t *v, int which, sitetab_t
         double val, var, n;
         sample_value(p, s, v, &val, &var, &n);
         if (val == 0 && n == 0) continue;
-        char fb[32], key[1024];
+        char fb[256], key[1024];
         const char *func = "(no stack)", *file = NULL;
         int64_t line = 0;
         const cli_loc_t *l = NULL;
         if (s->depth) {
             l = &p->locs[s->locs[site_frame(p, s)]];
-            func = loc_func(l, fb, sizeof fb);
+            func = loc_name(p, l, fb, sizeof fb);
             file = loc_file(l, &line);
         }
         if (v->lines) snprintf(key, sizeof key, "%s\t%s\t%lld", func, file ? file : "", (long long)line);
@@ -243,21 +253,57 @@ const char *site_where(const site_t *s, char *buf, size_t len)
     return buf;
 }
 
-/* The site column: "function  file:line" within width characters. */
+/* Replaces the contents of each outermost open..close pair with "...". */
+static void elide(char *s, char open, char close)
+{
+    char *w = s;
+    int depth = 0;
+    for (const char *r = s; *r; r++) {
+        if (*r == open) {
+            if (depth++ == 0) {
+                *w++ = open;
+                *w++ = '.', *w++ = '.', *w++ = '.';
+            }
+            continue;
+        }
+        if (*r == close && depth > 0) {
+            if (--depth == 0) *w++ = close;
+            continue;
+        }
+        if (depth == 0) *w++ = *r;
+    }
+    *w = 0;
+}
+
+/* The site column: "function  file:line" within width characters: the
+ * file's directories go first, then a C++ name's parameters and template
+ * arguments, then the ends of both (test_cxx_names_demangled). */
 void print_site(FILE *f, const site_t *s, int width)
 {
-    char where[256];
-    int fl = (int)strlen(s->func);
+    char where[4300], fn[512];
     site_where(s, where, sizeof where);
-    int wl = (int)strlen(where);
-    if (fl + 2 + wl > width && wl > width / 2) {
-        site_where(s, where, (size_t)(width / 2 > 8 ? width / 2 : 8));
+    snprintf(fn, sizeof fn, "%s", s->func);
+    int fl = (int)strlen(fn), wl = (int)strlen(where);
+    if (fl + 2 + wl > width && s->file && s->line > 0) { /* the file's name alone */
+        const char *base = strrchr(s->file, '/');
+        snprintf(where, sizeof where, "%s:%lld", base ? base + 1 : s->file, (long long)s->line);
         wl = (int)strlen(where);
+    }
+    if (fl + 2 + wl > width) {
+        elide(fn, '(', ')');
+        if ((int)strlen(fn) + 2 + wl > width) elide(fn, '<', '>');
+        fl = (int)strlen(fn);
+    }
+    if (fl + 2 + wl > width && wl > 16) { /* the file's name from its left */
+        int keep = width - fl - 2 > 16 ? width - fl - 2 : 16;
+        memmove(where + 3, where + wl - (keep - 3), (size_t)(keep - 3) + 1);
+        memcpy(where, "...", 3);
+        wl = keep;
     }
     int room = width - (wl ? wl + 2 : 0);
     if (room < 8) room = 8;
-    if (fl > room) fprintf(f, "%s%.*s...%s", col("\033[1m"), room - 3, s->func, col("\033[0m"));
-    else fprintf(f, "%s%s%s", col("\033[1m"), s->func, col("\033[0m"));
+    if (fl > room) fprintf(f, "%s%.*s...%s", col("\033[1m"), room - 3, fn, col("\033[0m"));
+    else fprintf(f, "%s%s%s", col("\033[1m"), fn, col("\033[0m"));
     if (wl) fprintf(f, "  %s%s%s", col("\033[36m"), where, col("\033[0m"));
     fputc('\n', f);
 }
