@@ -63,6 +63,7 @@ double cli_count_behind(double objs, double bytes, uint64_t size, uint64_t rate)
 /* timeline.c: the PROFMALLOC_TIMELINE log (doc/timeline.md, version 1) */
 typedef struct {
     uint64_t t, live, max, min, allocs, frees, alloc_bytes, free_bytes;
+    uint64_t in_use; /* the allocator's exact figure (a later field), or 0 */
 } cli_tl_rec_t;
 
 typedef struct {

@@ -168,11 +168,15 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     sort_sites(&t, false);
     uint64_t period = nps ? ps[0]->period : 0;
     double exact = -1;
+    bool at_peak = false;
     for (size_t i = 0; i < nps; i++) {
         total_t tot[64];
         size_t nt = parse_totals(ps[i], tot, 64);
         double x;
-        if (!find_total(tot, nt, "in_use", &x)) exact = (exact < 0 ? 0 : exact) + x;
+        /* a peak profile (PROFMALLOC_DUMP_PEAK) carries the peak's own figure */
+        if (!find_total(tot, nt, "peak_in_use", &x)) at_peak = true;
+        else if (find_total(tot, nt, "in_use", &x)) continue;
+        exact = (exact < 0 ? 0 : exact) + x;
     }
     size_t shown = limit && (size_t)limit < t.n ? (size_t)limit : t.n;
     if (json) {
@@ -219,7 +223,11 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     else
         fprintf(f, "%s%s%s:\n  %s\n", col("\033[1m"), title, col("\033[0m"), summary);
     if (!t.n) {
-        fprintf(f, "  (no samples%s)\n", period > 1 ? ": the program allocated too little for the sampling rate; try --rate 1" : "");
+        bool any = false;
+        for (size_t i = 0; i < nps && !any; i++)
+            for (size_t k = 0; k < ps[i]->nsamples && !any; k++) any = ps[i]->samples[k].n[1] > 0;
+        if (any && !v->alloc) fprintf(f, "  (nothing held: every sampled block was freed; see --alloc)\n");
+        else fprintf(f, "  (no samples%s)\n", period > 1 ? ": too little was allocated for the sampling rate; try --rate 1" : "");
         free_sites(&t);
         return 0;
     }
@@ -259,7 +267,7 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     else fprintf(f, " %6s %7s  total", "100%", "");
     if (exact >= 0 && !v->alloc && !v->objects) {
         cli_human(exact, b, sizeof b);
-        fprintf(f, " (allocator's exact in use: %s)", b);
+        fprintf(f, at_peak ? " (exact in use at the peak: %s)" : " (allocator's exact in use: %s)", b);
     }
     fputc('\n', f);
     free_sites(&t);

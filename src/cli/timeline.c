@@ -91,10 +91,13 @@ static int write_svg(const char *out, const char *title, const cli_timeline_t *t
     }
     const double X0 = 80, W = 720, Y0 = 50, H = 380;
     uint64_t tmax = 1, ymax = 1;
+    bool has_in_use = false;
     for (size_t i = 0; i < tl->nrecs; i++) {
         if (tl->recs[i].t > tmax) tmax = tl->recs[i].t;
         uint64_t hi = tl->recs[i].max > tl->recs[i].live ? tl->recs[i].max : tl->recs[i].live;
+        if (tl->recs[i].in_use > hi) hi = tl->recs[i].in_use;
         if (hi > ymax) ymax = hi;
+        has_in_use |= tl->recs[i].in_use != 0;
     }
     for (size_t i = 0; i < tl->npeaks; i++) {
         if (tl->peaks[i].live > ymax) ymax = tl->peaks[i].live;
@@ -129,12 +132,27 @@ static int write_svg(const char *out, const char *title, const cli_timeline_t *t
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#000\"/>\n", X0, Y0, X0, Y0 + H);
     /* the interval's range, then live bytes */
     if (tl->nrecs) {
-        fprintf(f, "<polygon id=\"range\" fill=\"#f3c9a0\" fill-opacity=\"0.6\" points=\"");
-        for (size_t i = 0; i < tl->nrecs; i++) fprintf(f, "%.1f,%.1f ", PX(tl->recs[i].t), PY(tl->recs[i].max));
-        for (size_t i = tl->nrecs; i-- > 0;) fprintf(f, "%.1f,%.1f ", PX(tl->recs[i].t), PY(tl->recs[i].min));
-        fprintf(f, "\"/>\n<polyline id=\"live\" fill=\"none\" stroke=\"#c0392b\" stroke-width=\"1.5\" points=\"");
+        /* each record's highest and lowest live bytes, over the interval it closes */
+        for (size_t i = 0; i < tl->nrecs; i++) {
+            uint64_t t0 = i ? tl->recs[i - 1].t : 0, hi = tl->recs[i].max, lo = tl->recs[i].min;
+            if (hi < lo) continue;
+            fprintf(f, "<rect class=\"range\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f3c9a0\" "
+                       "fill-opacity=\"0.6\"/>\n",
+                    PX(t0), PY(hi), PX(tl->recs[i].t) - PX(t0), PY(lo) - PY(hi));
+        }
+        fprintf(f, "<polyline id=\"live\" fill=\"none\" stroke=\"#c0392b\" stroke-width=\"1.5\" points=\"");
         for (size_t i = 0; i < tl->nrecs; i++) fprintf(f, "%.1f,%.1f ", PX(tl->recs[i].t), PY(tl->recs[i].live));
         fprintf(f, "\"/>\n");
+        if (has_in_use) { /* the allocator's exact figure, rounded up to size classes */
+            fprintf(f, "<polyline id=\"in_use\" fill=\"none\" stroke=\"#7f8c8d\" stroke-dasharray=\"4,3\" points=\"");
+            for (size_t i = 0; i < tl->nrecs; i++) fprintf(f, "%.1f,%.1f ", PX(tl->recs[i].t), PY(tl->recs[i].in_use));
+            fprintf(f, "\"/>\n");
+        }
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"s\" fill=\"#c0392b\">live bytes (the band: each interval's "
+                   "range)</text>\n", X0 + 10, Y0 - 8);
+        if (has_in_use)
+            fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" class=\"s\" fill=\"#7f8c8d\">- - allocator's exact in use</text>\n",
+                    X0 + 330, Y0 - 8);
     }
     size_t hi = highest_peak(tl);
     for (size_t i = 0; i < tl->npeaks; i++) {

@@ -90,7 +90,7 @@ int cli_timeline_part(const char *text, size_t len, cli_timeline_t *tl, bool fir
             }
             continue;
         }
-        uint64_t v[8];
+        uint64_t v[9];
         const char *rest = buf + 2;
         if (n < 2 || buf[1] != ' ') continue; /* unknown lines are ignored */
         switch (buf[0]) {
@@ -108,11 +108,13 @@ int cli_timeline_part(const char *text, size_t len, cli_timeline_t *tl, bool fir
             tl->maps[tl->nmaps++] = (cli_map_t){a[0], b[0], o[0], xstrdup(path + 1), xstrdup("")};
             break;
         }
-        case 'R':
-            if (in_peak || fields(rest, v, 8, 10) != 8) break;
+        case 'R': {
+            int nf = in_peak ? 0 : fields(rest, v, 9, 10);
+            if (nf < 8) break;
             if (tl->nrecs == caprec) tl->recs = xrealloc(tl->recs, (caprec = caprec ? caprec * 2 : 256) * sizeof *tl->recs);
-            tl->recs[tl->nrecs++] = (cli_tl_rec_t){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+            tl->recs[tl->nrecs++] = (cli_tl_rec_t){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], nf > 8 ? v[8] : 0};
             break;
+        }
         case 'Z':
             tl->ended = true;
             break;
