@@ -97,6 +97,15 @@ int cli_timeline_part(const char *text, size_t len, cli_timeline_t *tl, bool fir
 /* the profile at peak i (inuse values only) */
 void cli_timeline_profile(const cli_timeline_t *tl, size_t i, cli_profile_t *p);
 
+/* an output file written to a temporary name and renamed when complete */
+typedef struct {
+    FILE *f;
+    const char *path;
+    char tmp[4200];
+} cli_out_t;
+FILE *cli_out_open(const char *path, cli_out_t *o);
+int cli_out_close(cli_out_t *o, bool ok); /* 0, or -1 (the file is not written) */
+
 /* writers (convert) */
 int cli_write_pprof(FILE *f, const cli_profile_t *p, bool gzip);
 int cli_write_legacy(FILE *f, const cli_profile_t *p);

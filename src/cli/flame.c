@@ -216,9 +216,12 @@ int cmd_flame(int argc, char **argv)
             cur->v += val;
         }
     }
-    FILE *f = strcmp(out, "-") ? fopen(out, "w") : stdout;
+    cli_out_t of;
+    FILE *f = cli_out_open(out, &of);
     if (!f) {
-        perror(out);
+        free_tree(root.child);
+        free(root.name);
+        cli_free_profile(&p);
         return 2;
     }
     int rows = depth_of(&root);
@@ -247,8 +250,7 @@ int cmd_flame(int argc, char **argv)
     else fprintf(f, "<text x=\"600\" y=\"60\" text-anchor=\"middle\">(no samples)</text>\n");
     fputs(script, f);
     fprintf(f, "</svg>\n");
-    int bad = ferror(f);
-    if (f != stdout) bad |= fclose(f);
+    int bad = cli_out_close(&of, true);
     free_tree(root.child);
     free(root.name);
     cli_free_profile(&p);

@@ -592,14 +592,14 @@ int cmd_convert(int argc, char **argv)
     cli_profile_t p;
     if (load_profile(f[0], &p)) return 2;
     bool legacy = ends_with(f[1], ".heap") || ends_with(f[1], ".txt");
-    FILE *o = strcmp(f[1], "-") ? fopen(f[1], "wb") : stdout;
+    cli_out_t of;
+    FILE *o = cli_out_open(f[1], &of);
     if (!o) {
-        perror(f[1]);
         cli_free_profile(&p);
         return 2;
     }
     int rc = legacy ? cli_write_legacy(o, &p) : cli_write_pprof(o, &p, !ends_with(f[1], ".pb"));
-    if ((o != stdout && fclose(o)) || rc) {
+    if (cli_out_close(&of, rc == 0)) {
         fprintf(stderr, "profmalloc: %s: write failed\n", f[1]);
         cli_free_profile(&p);
         return 2;

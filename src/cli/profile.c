@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -854,6 +855,35 @@ int cli_read_profile(const char *path, cli_profile_t *p, char *err, size_t errle
     if (rc) snprintf(err, errlen, "%s: %s", path, e);
     free(data);
     return rc;
+}
+
+/* ---- output files ----------------------------------------------------- */
+
+/* Output goes to a temporary file beside OUT, renamed over it once
+ * complete, so a failed or interrupted write never leaves half a file
+ * ("-" is stdout).  test_output_files_are_atomic. */
+FILE *cli_out_open(const char *path, cli_out_t *o)
+{
+    o->path = path;
+    o->tmp[0] = 0;
+    if (!strcmp(path, "-")) return o->f = stdout;
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    o->f = fopen(o->tmp, "wb");
+    if (!o->f) fprintf(stderr, "profmalloc: %s: %s\n", o->tmp, strerror(errno));
+    return o->f;
+}
+
+int cli_out_close(cli_out_t *o, bool ok)
+{
+    if (o->f == stdout) return fflush(stdout) == 0 && ok ? 0 : -1;
+    ok = !ferror(o->f) && ok;
+    if (fclose(o->f)) ok = false;
+    if (ok && rename(o->tmp, o->path)) {
+        fprintf(stderr, "profmalloc: %s: %s\n", o->path, strerror(errno));
+        ok = false;
+    }
+    if (!ok) unlink(o->tmp);
+    return ok ? 0 : -1;
 }
 
 /* ---- writers ---------------------------------------------------------- */

@@ -84,11 +84,9 @@ static size_t highest_peak(const cli_timeline_t *tl)
 
 static int write_svg(const char *out, const char *title, const cli_timeline_t *tl, int limit)
 {
-    FILE *f = strcmp(out, "-") ? fopen(out, "w") : stdout;
-    if (!f) {
-        perror(out);
-        return 2;
-    }
+    cli_out_t of;
+    FILE *f = cli_out_open(out, &of);
+    if (!f) return 2;
     const double X0 = 80, W = 720, Y0 = 50, H = 380;
     uint64_t tmax = 1, ymax = 1;
     bool has_in_use = false;
@@ -197,9 +195,7 @@ static int write_svg(const char *out, const char *title, const cli_timeline_t *t
     fprintf(f, "</svg>\n");
 #undef PX
 #undef PY
-    int bad = ferror(f);
-    if (f != stdout) bad |= fclose(f);
-    if (bad) {
+    if (cli_out_close(&of, true)) {
         fprintf(stderr, "profmalloc: %s: write failed\n", out);
         return 2;
     }
@@ -281,9 +277,10 @@ int cmd_timeline(int argc, char **argv)
         if (out) {
             size_t ol = strlen(out);
             bool legacy = ol > 5 && !strcmp(out + ol - 5, ".heap");
-            FILE *f = strcmp(out, "-") ? fopen(out, "wb") : stdout;
-            if (!f || (legacy ? cli_write_legacy(f, &p) : cli_write_pprof(f, &p, !(ol > 3 && !strcmp(out + ol - 3, ".pb")))) ||
-                (f != stdout && fclose(f))) {
+            cli_out_t of;
+            FILE *f = cli_out_open(out, &of);
+            if (!f || cli_out_close(&of, (legacy ? cli_write_legacy(f, &p)
+                                                 : cli_write_pprof(f, &p, !(ol > 3 && !strcmp(out + ol - 3, ".pb")))) == 0)) {
                 fprintf(stderr, "profmalloc: %s: write failed\n", out);
                 rc = 2;
             }

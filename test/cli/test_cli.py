@@ -339,6 +339,24 @@ def test_convert_round_trip():
 
 # ---- flame -------------------------------------------------------------------
 
+def test_output_files_are_atomic():
+    """convert, flame and timeline write a temporary file and rename it: a
+    failure leaves neither half a file nor the temporary one."""
+    d, _ = profile_of('pie')
+    src = os.path.join(d, 'before.pb.gz')
+    target = os.path.join(d, 'adir')
+    os.makedirs(target, exist_ok=True)
+    for args in (['convert', src, target], ['flame', src, '-o', target]):
+        r = run([PM] + args)
+        expect(r.returncode == 2 and r.stderr.startswith('profmalloc: '), '%s: %d %s' % (args[0], r.returncode, r.stderr))
+        expect(os.path.isdir(target) and not [f for f in os.listdir(d) if '.tmp.' in f], 'nothing left behind')
+    r = run([PM, 'convert', src, os.path.join(d, 'no', 'such', 'dir.heap')])
+    expect(r.returncode == 2 and 'No such file' in r.stderr, r.stderr)
+    good = os.path.join(d, 'good.heap')
+    run([PM, 'convert', src, good], check=0)
+    expect(open(good).read().startswith('heap profile:'), 'written when all went well')
+
+
 def test_flame_svg():
     d, sites = profile_of('pie')
     src, svg = os.path.join(d, 'before.pb.gz'), os.path.join(d, 'flame.svg')
