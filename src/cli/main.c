@@ -226,7 +226,7 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
         bool any = false;
         for (size_t i = 0; i < nps && !any; i++)
             for (size_t k = 0; k < ps[i]->nsamples && !any; k++) any = ps[i]->samples[k].n[1] > 0;
-        if (any && !v->alloc) fprintf(f, "  (nothing held: every sampled block was freed; see --alloc)\n");
+        if (any && !v->alloc) fprintf(f, "  (nothing held: every sampled block was freed; see --alloc, --peak)\n");
         else fprintf(f, "  (no samples%s)\n", period > 1 ? ": too little was allocated for the sampling rate; try --rate 1" : "");
         free_sites(&t);
         return 0;

@@ -308,7 +308,7 @@ int cmd_run(int argc, char **argv)
         if (leaks && nheap)
             fprintf(stderr, "  (no leak profile: this library does not support PROFMALLOC_LEAKS;\n"
                             "  showing what was held at exit instead)\n");
-        report(abs, "heap.", "held at exit", &v, limit, rate != NULL);
+        report(abs, "heap.", v.alloc ? "allocated over its life" : "held at exit", &v, limit, rate != NULL);
     }
     if (peak) report(abs, "peak.", "at the peak of live bytes", &v, limit, rate != NULL);
     if (timeline) {
