@@ -40,6 +40,9 @@ static const char *const cases[][2] = {
     {"_Z1fPFviE", NULL},      /* function pointer: left mangled */
     {"_Z1fA10_i", NULL},      /* array: left mangled */
     {"_Z1fIiEvDTcl1gfp_EE", NULL}, /* decltype expression */
+    /* Rust's legacy mangling is Itanium's: readable with its hash */
+    {"_ZN4core3fmt5write17h0123456789abcdefE", "core::fmt::write::h0123456789abcdef"},
+    {"_RNvCs1234_7mycrate3foo", NULL}, /* Rust v0: shown as it is */
     {"_Z", NULL},
     {"_ZN3foo", NULL},
     {"_Z3foo", "foo"},
