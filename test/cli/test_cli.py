@@ -390,17 +390,51 @@ def test_flame_svg():
         flame_script(svg, root, sites)
     else:
         print('  (no node: the script is not exercised)')
-    # a headless browser renders it, when one is installed
+    screenshot(svg, 'flame.png')
+    browser_click(svg)
+
+
+def browser():
+    return next((b for b in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(b)), None)
+
+
+def browser_click(svg):
+    """In a real browser (headless Chromium, when installed): a click on
+    leak_site's frame, dispatched by a script added to a copy of the file,
+    zooms it to the full width and hides its siblings (--dump-dom)."""
+    b = browser()
+    if not b:
+        return
+    text = open(svg).read()
+    click = ('<script type="text/ecmascript"><![CDATA[\nvar gs = document.querySelectorAll("g.f");\n'
+             'for (var i = 0; i < gs.length; i++)\n'
+             '  if (gs[i].querySelector("title").textContent.indexOf("leak_site (") == 0)\n'
+             '    gs[i].dispatchEvent(new MouseEvent("click", {bubbles: true}));\n]]></script>\n</svg>')
+    copy = svg + '.click.svg'
+    open(copy, 'w').write(text.replace('</svg>', click))
+    r = run([b, '--headless', '--disable-gpu', '--no-sandbox', '--dump-dom', 'file://' + copy], timeout=120)
+    frames = re.findall(r'<g class="f"[^>]*?(?:style="([^"]*)")?><title>(\w+) \([^<]*</title><rect[^>]*?width="([\d.]+)"',
+                        r.stdout)
+    by = {name: (style, float(w)) for style, name, w in frames}
+    expect('leak_site' in by and abs(by['leak_site'][1] - 1180) < 0.01, 'zoomed in the browser: %s' % (by.get('leak_site'),))
+    expect('none' in by.get('calloc_site', ('', 0))[0], 'a sibling hidden: %s' % (by.get('calloc_site'),))
+    print('  chromium: a click zooms leak_site to the full width')
+
+
+def screenshot(svg, name):
+    """A headless browser renders the SVG, when one is installed; the
+    screenshot is kept in build/test/cli/out as the test's artefact."""
     for b in ('chromium', 'chromium-browser', 'google-chrome'):
         if shutil.which(b):
-            png = os.path.join(OUT, 'flame.png')
+            png = os.path.join(OUT, name)
+            if os.path.exists(png):
+                os.unlink(png)
             run([b, '--headless', '--disable-gpu', '--no-sandbox', '--screenshot=' + png,
                  '--window-size=1200,600', 'file://' + svg], timeout=120)
             expect(os.path.exists(png) and os.path.getsize(png) > 1000, 'screenshot written')
-            print('  screenshot kept in %s' % png)
-            break
-    else:
-        print('  (no chromium installed: the SVG is not rendered)')
+            print('  screenshot kept in %s' % os.path.relpath(png))
+            return
+    print('  (no chromium installed: the SVG is not rendered)')
 
 
 def flame_script(svg, root, sites):
@@ -721,6 +755,7 @@ def test_timeline_svg_shape():
     expect(abs(float(c.get('cx')) - hi[0]) < 0.5 and abs(float(c.get('cy')) - hi[1]) < 0.5, 'marker on the top')
     text = ' '.join(t.text or '' for t in root.iter(S + 'text'))
     expect('leak_site' in text and 'sites.c:' in text, 'the highest peak\'s sites listed: %s' % text[-300:])
+    screenshot(svg, 'timeline.png')
 
 
 def test_timeline_corrupt():
