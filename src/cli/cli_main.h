@@ -5,8 +5,10 @@
 #include "cli.h"
 
 typedef struct {
-    bool alloc, objects, lines;
+    bool alloc, objects, lines, cum;
 } view_t;
+
+#define PM_CLI_MAXDEPTH 512
 
 typedef struct {
     char *key, *func, *file, *obj;

@@ -38,7 +38,7 @@ static const char *const usage_main =
 
 static const char *const usage_top =
     "usage: profmalloc top FILE [--inuse|--alloc] [--objects] [-n N] [--lines]\n"
-    "                          [--json]\n"
+    "                          [--cum] [--json]\n"
     "\n"
     "The allocation sites holding the most memory in a heap profile, with\n"
     "function and file:line read from the program's binaries (symbol table,\n"
@@ -50,6 +50,9 @@ static const char *const usage_top =
     "  --objects     count objects instead of bytes\n"
     "  -n N          show N sites (default 20; 0 for all)\n"
     "  --lines       one row per source line instead of per function\n"
+    "  --cum         charge each function with everything allocated under it\n"
+    "                (its callees too), as pprof's cum column; shares then add\n"
+    "                up to more than 100%\n"
     "  --json        machine-readable output\n"
     "  --debug-dir D where separate debug files live (default /usr/lib/debug)\n";
 
@@ -124,6 +127,7 @@ static int view_opt(int argc, char **argv, int *i, view_t *v, int *limit, bool *
     else if (!strcmp(a, "--alloc")) v->alloc = true;
     else if (!strcmp(a, "--objects")) v->objects = true;
     else if (!strcmp(a, "--lines")) v->lines = true;
+    else if (!strcmp(a, "--cum")) v->cum = true;
     else if (json && !strcmp(a, "--json")) *json = true;
     else if (limit && (!strcmp(a, "-n") || !strncmp(a, "-n", 2) || !strncmp(a, "--n=", 4))) {
         const char *val = !strcmp(a, "-n") ? (*i + 1 < argc ? argv[++*i] : NULL) : a[1] == 'n' ? a + 2 : a + 4;
@@ -211,7 +215,9 @@ int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, 
     char a[32], b[32];
     fmt_value(v, t.total[1], a, sizeof a);
     char summary[160];
-    int sl = snprintf(summary, sizeof summary, "%s %s in %zu site%s", a, index_name(v), t.n, t.n == 1 ? "" : "s");
+    int sl = snprintf(summary, sizeof summary, "%s %s in %zu %s%s", a, index_name(v), t.n,
+                      v->cum ? "function" : "site", t.n == 1 ? "" : "s");
+    if (v->cum) sl += snprintf(summary + sl, sizeof summary - (size_t)sl, " (cum)");
     if (period > 1) {
         cli_human((double)period, b, sizeof b);
         snprintf(summary + sl, sizeof summary - (size_t)sl, ", sampled every %s", b);

@@ -129,7 +129,80 @@ static int site_cmp_val(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-/* Adds profile p into slot `which` (0 or 1) of the site table. */
+/* The site of key, created with these func/file/line when new. */
+static site_t *site_of(sitetab_t *t, const char *key, const char *func, const char *file, int64_t line)
+{
+    if (t->n * 2 >= t->hcap) {
+        size_t cap = t->hcap ? t->hcap * 2 : 1024;
+        uint32_t *h = xcalloc(cap, sizeof *h);
+        for (size_t k = 0; k < t->n; k++) {
+            size_t x = t->sites[k].hash & (cap - 1);
+            while (h[x]) x = (x + 1) & (cap - 1);
+            h[x] = (uint32_t)k + 1;
+        }
+        free(t->hash);
+        t->hash = h;
+        t->hcap = cap;
+    }
+    uint64_t hv = 1469598103934665603ull;
+    for (const char *c = key; *c; c++) hv = (hv ^ (unsigned char)*c) * 1099511628211ull;
+    size_t x = hv & (t->hcap - 1);
+    for (; t->hash[x]; x = (x + 1) & (t->hcap - 1)) {
+        site_t *c = &t->sites[t->hash[x] - 1];
+        if (c->hash == hv && !strcmp(c->key, key)) return c;
+    }
+    if (t->n == t->cap) t->sites = xrealloc(t->sites, (t->cap = t->cap ? t->cap * 2 : 256) * sizeof *t->sites);
+    site_t *st = &t->sites[t->n];
+    memset(st, 0, sizeof *st);
+    st->key = xstrdup(key);
+    st->hash = hv;
+    st->func = xstrdup(func);
+    st->file = file ? xstrdup(file) : NULL;
+    st->line = line;
+    st->best = -1;
+    t->hash[x] = (uint32_t)++t->n;
+    return st;
+}
+
+/* Charges one sample's value to the site of frame l (NULL: no stack). */
+static site_t *charge(const cli_profile_t *p, const view_t *v, int which, sitetab_t *t, const cli_loc_t *l,
+                      double val, double var, double n)
+{
+    char fb[256], key[1024];
+    const char *func = "(no stack)", *file = NULL;
+    int64_t line = 0;
+    if (l) {
+        func = loc_name(p, l, fb, sizeof fb);
+        file = loc_file(l, &line);
+    }
+    if (v->lines) snprintf(key, sizeof key, "%s\t%s\t%lld", func, file ? file : "", (long long)line);
+    else snprintf(key, sizeof key, "%s", func);
+    site_t *st = site_of(t, key, func, file, line);
+    st->val[which] += val;
+    st->var[which] += var;
+    st->n[which] += n;
+    /* without --lines, show the line of the biggest contribution */
+    if (val > st->best) {
+        st->best = val;
+        if (file && (!st->file || strcmp(st->file, file))) {
+            free(st->file);
+            st->file = xstrdup(file);
+        }
+        st->line = line;
+        if (l && !st->obj) {
+            uint64_t va;
+            if (cli_loc_vaddr(p, l, &va) == 0) {
+                st->vaddr = va;
+                st->obj = xstrdup(p->maps[l->map].file);
+            }
+        }
+    }
+    return st;
+}
+
+/* Adds profile p into slot `which` (0 or 1) of the site table: each
+ * sample to its site, or with v->cum to every function (line) on its
+ * stack, once per sample (test_top_cum). */
 void collect_sites(const cli_profile_t *p, const view_t *v, int which, sitetab_t *t)
 {
     for (size_t i = 0; i < p->nsamples; i++) {
@@ -137,76 +210,34 @@ void collect_sites(const cli_profile_t *p, const view_t *v, int which, sitetab_t
         double val, var, n;
         sample_value(p, s, v, &val, &var, &n);
         if (val == 0 && n == 0) continue;
-        char fb[256], key[1024];
-        const char *func = "(no stack)", *file = NULL;
-        int64_t line = 0;
-        const cli_loc_t *l = NULL;
-        if (s->depth) {
-            l = &p->locs[s->locs[site_frame(p, s)]];
-            func = loc_name(p, l, fb, sizeof fb);
-            file = loc_file(l, &line);
-        }
-        if (v->lines) snprintf(key, sizeof key, "%s\t%s\t%lld", func, file ? file : "", (long long)line);
-        else snprintf(key, sizeof key, "%s", func);
-        site_t *st = NULL;
-        /* hash lookup */
-        if (t->n * 2 >= t->hcap) {
-            size_t cap = t->hcap ? t->hcap * 2 : 1024;
-            uint32_t *h = xcalloc(cap, sizeof *h);
-            for (size_t k = 0; k < t->n; k++) {
-                size_t x = t->sites[k].hash & (cap - 1);
-                while (h[x]) x = (x + 1) & (cap - 1);
-                h[x] = (uint32_t)k + 1;
-            }
-            free(t->hash);
-            t->hash = h;
-            t->hcap = cap;
-        }
-        uint64_t hv = 1469598103934665603ull;
-        for (const char *c = key; *c; c++) hv = (hv ^ (unsigned char)*c) * 1099511628211ull;
-        size_t x = hv & (t->hcap - 1);
-        while (t->hash[x]) {
-            site_t *c = &t->sites[t->hash[x] - 1];
-            if (c->hash == hv && !strcmp(c->key, key)) {
-                st = c;
-                break;
-            }
-            x = (x + 1) & (t->hcap - 1);
-        }
-        if (!st) {
-            if (t->n == t->cap) t->sites = xrealloc(t->sites, (t->cap = t->cap ? t->cap * 2 : 256) * sizeof *t->sites);
-            st = &t->sites[t->n];
-            memset(st, 0, sizeof *st);
-            st->key = xstrdup(key);
-            st->hash = hv;
-            st->func = xstrdup(func);
-            st->file = file ? xstrdup(file) : NULL;
-            st->line = line;
-            st->best = -1;
-            t->hash[x] = (uint32_t)++t->n;
-        }
-        st->val[which] += val;
-        st->var[which] += var;
-        st->n[which] += n;
-        /* without --lines, show the line of the biggest contribution */
-        if (val > st->best) {
-            st->best = val;
-            if (file && (!st->file || strcmp(st->file, file))) {
-                free(st->file);
-                st->file = xstrdup(file);
-            }
-            st->line = line;
-            if (l && !st->obj) {
-                uint64_t va;
-                if (cli_loc_vaddr(p, l, &va) == 0) {
-                    st->vaddr = va;
-                    st->obj = xstrdup(p->maps[l->map].file);
-                }
-            }
-        }
         t->total[which] += val;
         t->totvar[which] += var;
         t->totn[which] += n;
+        if (!s->depth) {
+            charge(p, v, which, t, NULL, val, var, n);
+            continue;
+        }
+        if (!v->cum) {
+            charge(p, v, which, t, &p->locs[s->locs[site_frame(p, s)]], val, var, n);
+            continue;
+        }
+        size_t seen[PM_CLI_MAXDEPTH], nseen = 0; /* site indexes: the table may move */
+        for (uint32_t d = 0; d < s->depth && nseen < PM_CLI_MAXDEPTH; d++) {
+            /* a function on the stack twice (recursion) counts once */
+            char fb[256], key[1024];
+            const cli_loc_t *l = &p->locs[s->locs[d]];
+            const char *func = loc_name(p, l, fb, sizeof fb);
+            int64_t line = 0;
+            const char *file = loc_file(l, &line);
+            if (v->lines) snprintf(key, sizeof key, "%s\t%s\t%lld", func, file ? file : "", (long long)line);
+            else snprintf(key, sizeof key, "%s", func);
+            size_t idx = (size_t)(site_of(t, key, func, file, line) - t->sites), k;
+            for (k = 0; k < nseen; k++)
+                if (seen[k] == idx) break;
+            if (k < nseen) continue;
+            charge(p, v, which, t, l, val, var, n);
+            seen[nseen++] = idx;
+        }
     }
 }
 

@@ -172,7 +172,7 @@ static int write_svg(const char *out, const char *title, const cli_timeline_t *t
         cli_profile_t p;
         cli_timeline_profile(tl, hi, &p);
         cli_symbolize(&p, &sym_opts);
-        view_t v = {false, false, true};
+        view_t v = {.lines = true};
         sitetab_t t = {0};
         collect_sites(&p, &v, 1, &t);
         sort_sites(&t, false);
@@ -289,7 +289,7 @@ int cmd_timeline(int argc, char **argv)
             snprintf(title, sizeof title, "peak %zu of %s (%s at %.2f s)", idx + 1, in,
                      cli_human((double)tl.peaks[idx].live, b, sizeof b), tl.peaks[idx].t / 1000.0);
             cli_profile_t *pp = &p;
-            view_t v = {false, false, true};
+            view_t v = {.lines = true};
             top_print(stdout, title, &pp, 1, &v, limit, false);
         }
         cli_free_profile(&p);
@@ -310,7 +310,7 @@ int cmd_timeline(int argc, char **argv)
             cli_profile_t p;
             cli_timeline_profile(&tl, i, &p);
             cli_symbolize(&p, &sym_opts);
-            view_t v = {false, false, true};
+            view_t v = {.lines = true};
             sitetab_t t = {0};
             collect_sites(&p, &v, 1, &t);
             sort_sites(&t, false);

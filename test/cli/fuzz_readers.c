@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         cli_free_timeline(&tl);
     }
     if (cli_parse_profile(data, len, &p, err, sizeof err) != 0) return 0;
-    view_t views[2] = {{false, false, true}, {true, true, false}};
-    for (int i = 0; i < 2; i++) {
+    view_t views[3] = {{.lines = true}, {.alloc = true, .objects = true}, {.cum = true}};
+    for (int i = 0; i < 3; i++) {
         sitetab_t t = {0};
         collect_sites(&p, &views[i], 1, &t);
         sort_sites(&t, false);

@@ -140,6 +140,23 @@ def test_top_alloc_and_objects():
     expect(got['leak_site']['value'] == 3, 'leak_site objects %s' % got['leak_site']['value'])
 
 
+def test_top_cum():
+    """--cum charges every function on a stack once: main holds what its
+    callees allocated, each site function what it did, none more than the
+    total."""
+    d, sites = profile_of('pie')
+    j = top_json(os.path.join(d, 'before.pb.gz'), '--cum')
+    got = {s['function']: s['value'] for s in j['sites']}
+    below = sum(live for name, (line, live) in sites.items())
+    expect(got['main'] >= below, 'main %s >= its sites %s' % (got['main'], below))
+    for name, (line, live) in sites.items():
+        if live:
+            expect(got[name] == live, '%s cum %s, want %s' % (name, got.get(name), live))
+    expect(all(v <= j['total'] for v in got.values()), 'no function above the total')
+    flat = top_json(os.path.join(d, 'before.pb.gz'))
+    expect(flat['total'] == j['total'], 'the same total')
+
+
 def test_top_human_output():
     d, _ = profile_of('pie')
     r = run([PM, 'top', os.path.join(d, 'before.pb.gz'), '-n', '3'], check=0)
