@@ -33,6 +33,9 @@
  *                            bytes and of the sites at each local peak
  *   HEAPPROFILE and gperftools' HEAP_PROFILE_* variables, as gperftools
  *                            reads them
+ *   PROFMALLOC_HTTP          host:port: serve /debug/pprof/ from the process
+ *                            (profmalloc_http_start below); :0 picks a port
+ *   PROFMALLOC_HTTP_PORT_FILE where the port served is written
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H
@@ -182,6 +185,17 @@ typedef struct profmalloc_timeline_point {
     uint64_t top_bytes;  /* 'P': that site's live bytes */
 } profmalloc_timeline_point_t;
 long profmalloc_timeline_read(const char *path, profmalloc_timeline_point_t *out, size_t cap);
+/* The /debug/pprof endpoint (doc/http.md): a thread of the library's that
+ * serves /debug/pprof/heap, /allocs, /symbol and /debug/profmalloc/stats
+ * over HTTP/1.1.  addr is "host:port", "[v6addr]:port" or ":port" (which
+ * means 127.0.0.1, not every interface); port 0 picks one.  NULL means
+ * "127.0.0.1:0".  Returns the port served, or -1 with errno set (EINVAL
+ * for a malformed address, EBUSY when already serving, or the socket's
+ * error).  A forked child does not serve until it calls this itself.
+ * profmalloc_http_stop waits for a request in flight to end (it is cut
+ * short) and closes the socket; it runs at exit too. */
+int profmalloc_http_start(const char *addr);
+void profmalloc_http_stop(void);
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,7 @@ __attribute__((constructor(101))) static void init_at_load(void)
     pm_objects_pin_loaded();
     t->in_profiler = was;
     check_interposed();
+    pm_http_autostart();
 }
 
 __attribute__((destructor)) static void at_exit(void)

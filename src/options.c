@@ -22,9 +22,12 @@ pm_options_t pm_options = {
     .hp_inuse_interval = 100u << 20,
 };
 
-/* SECONDS: a decimal count (of seconds, milliseconds or files); SIGNAL: a
+/* COUNT: a decimal count (of seconds, milliseconds or files); SIGNAL: a
  * signal by name (SIGUSR2, USR2) or number; LEAKS: "1", "0" or a pattern */
-enum kind { SIZE, PATTERN, BOOL, UNWIND, COUNT, SIGNAL, LEAKS };
+enum kind { SIZE, PATTERN, BOOL, UNWIND, STRING, COUNT, SIGNAL, LEAKS };
+
+/* STRING values are copied for the reason PATTERN's is (prof_http.c) */
+PM_SPARSE_BSS static char http_addr[128], http_port_file[4096];
 
 static const struct option {
     const char *name;
@@ -32,58 +35,66 @@ static const struct option {
     void *target;
     const char *doc;
     int *given;       /* set to 1 when the variable is given and valid, or NULL */
+    char *copy;       /* STRING: where the value is kept, of `cap` bytes */
+    size_t cap;
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", &pm_options.sample_rate_set},
+     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", &pm_options.sample_rate_set, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL},
+     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
-     "stack unwinder: dwarf (default) or fp", NULL},
+     "stack unwinder: dwarf (default) or fp", NULL, NULL, 0},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches (default 32M)", NULL},
+     "byte budget shared by all thread caches (default 32M)", NULL, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
      "free resident memory kept before returning it to the OS; unset: 64M or half "
-     "the memory in use, whichever is more", &pm_options.release_bytes_set},
+     "the memory in use, whichever is more", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "1: print the options in force at start", NULL},
+     "1: print the options in force at start", NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
-     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL},
+     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_PEAK", PATTERN, &pm_options.dump_peak,
-     "write the profile at the peak of live bytes here at exit; %p = pid", NULL},
+     "write the profile at the peak of live bytes here at exit; %p = pid", NULL, NULL, 0},
     {"PROFMALLOC_LEAKS", LEAKS, &pm_options.leaks,
-     "1: report the sites still holding memory at exit on stderr; a path: write their profile", NULL},
+     "1: report the sites still holding memory at exit on stderr; a path: write their profile", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_PREFIX", PATTERN, &pm_options.dump_prefix,
-     "triggered dumps go to <prefix>.<pid>.<seq>.<kind>.pb.gz (default profmalloc)", NULL},
+     "triggered dumps go to <prefix>.<pid>.<seq>.<kind>.pb.gz (default profmalloc)", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_BYTES", SIZE, &pm_options.every_bytes,
-     "dump each time this many more bytes were allocated", NULL},
+     "dump each time this many more bytes were allocated", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_INUSE", SIZE, &pm_options.every_inuse,
-     "dump each time the high-water mark of live bytes rises by this much", NULL},
+     "dump each time the high-water mark of live bytes rises by this much", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_SECONDS", COUNT, &pm_options.every_seconds,
-     "dump every this many seconds while the program allocates", NULL},
+     "dump every this many seconds while the program allocates", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_SIGNAL", SIGNAL, &pm_options.dump_signal,
-     "dump when this signal arrives (SIGUSR2, USR2 or a number)", NULL},
+     "dump when this signal arrives (SIGUSR2, USR2 or a number)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE", PATTERN, &pm_options.timeline,
-     "append a timeline of live bytes and peaks here; %p = pid (doc/timeline.md)", NULL},
+     "append a timeline of live bytes and peaks here; %p = pid (doc/timeline.md)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_INTERVAL", COUNT, &pm_options.timeline_interval_ms,
-     "milliseconds between timeline records, 1 to 60000 (default 100)", NULL},
+     "milliseconds between timeline records, 1 to 60000 (default 100)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_MAX", SIZE, &pm_options.timeline_max,
-     "timeline size at which it rotates, at least 4k (default 64M)", NULL},
+     "timeline size at which it rotates, at least 4k (default 64M)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_KEEP", COUNT, &pm_options.timeline_keep,
-     "rotated timeline parts kept, 0 to 99 (default 3)", NULL},
+     "rotated timeline parts kept, 0 to 99 (default 3)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_SITES", COUNT, &pm_options.timeline_sites,
-     "sites listed at each timeline peak, 1 to 64 (default 16)", NULL},
+     "sites listed at each timeline peak, 1 to 64 (default 16)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_PEAK_SECONDS", COUNT, &pm_options.timeline_peak_seconds,
-     "while live bytes only rise, their top sites at least this often; 0 never (default 10)", NULL},
+     "while live bytes only rise, their top sites at least this often; 0 never (default 10)", NULL, NULL, 0},
     {"HEAPPROFILE", PATTERN, &pm_options.heapprofile,
-     "gperftools: write <prefix>.0001.heap, ... (implies PROFMALLOC_SAMPLE_RATE=1)", NULL},
+     "gperftools: write <prefix>.0001.heap, ... (implies PROFMALLOC_SAMPLE_RATE=1)", NULL, NULL, 0},
     {"HEAP_PROFILE_ALLOCATION_INTERVAL", COUNT, &pm_options.hp_alloc_interval,
-     "gperftools: dump each time this many bytes were allocated (default 1073741824)", NULL},
+     "gperftools: dump each time this many bytes were allocated (default 1073741824)", NULL, NULL, 0},
     {"HEAP_PROFILE_INUSE_INTERVAL", COUNT, &pm_options.hp_inuse_interval,
-     "gperftools: dump each time the high-water mark rises by this much (default 104857600)", NULL},
+     "gperftools: dump each time the high-water mark rises by this much (default 104857600)", NULL, NULL, 0},
     {"HEAP_PROFILE_TIME_INTERVAL", COUNT, &pm_options.hp_time_interval,
-     "gperftools: dump every this many seconds (default 0: never)", NULL},
+     "gperftools: dump every this many seconds (default 0: never)", NULL, NULL, 0},
     {"HEAPPROFILESIGNAL", SIGNAL, &pm_options.hp_signal,
-     "gperftools: dump when this signal arrives", NULL},
+     "gperftools: dump when this signal arrives", NULL, NULL, 0},
+    {"PROFMALLOC_HTTP", STRING, &pm_options.http_addr,
+     "serve /debug/pprof/ on host:port (:0 picks a port; default: off)", NULL, http_addr,
+     sizeof http_addr},
+    {"PROFMALLOC_HTTP_PORT_FILE", STRING, &pm_options.http_port_file,
+     "write PROFMALLOC_HTTP's port to this file (default: none)", NULL, http_port_file,
+     sizeof http_port_file},
 };
 
 static void complain(const char *name, const char *value, const char *doc)
@@ -114,7 +125,7 @@ static int parse(const struct option *o, const char *v)
     case PATTERN: { /* a path; % only in %p and %% */
         /* copied: programs that set their process title (nginx, postgres,
          * setproctitle) overwrite the environment strings, and the exit
-         * dump reads the pattern long after (one PATTERN option) */
+         * dump reads the pattern long after; the PATTERN options share a pool */
         PM_SPARSE_BSS static char pool[8 * 4096];
         static size_t used;
         size_t n = 0;
@@ -173,6 +184,13 @@ static int parse(const struct option *o, const char *v)
             return 0;
         }
         return -1;
+    case STRING: {
+        size_t n = pm_fmt_strlen(v);
+        if (!n || n >= o->cap) return -1;
+        for (size_t i = 0; i <= n; i++) o->copy[i] = v[i];
+        *(const char **)o->target = o->copy;
+        return 0;
+    }
     case UNWIND:
         if (pm_fmt_streq(v, "fp")) *(int *)o->target = 1;
         else if (pm_fmt_streq(v, "dwarf")) *(int *)o->target = 0;
@@ -221,6 +239,7 @@ void pm_options_load(void)
         pm_buf_u64(&b, pm_options.release_bytes);
         pm_buf_str(&b, pm_options.unwind_fp ? " unwind=fp" : " unwind=dwarf");
         if (pm_options.keep_deepbind) pm_buf_str(&b, " keep_deepbind=1");
+        if (pm_options.http_addr) pm_buf_str(&b, " http="), pm_buf_str(&b, pm_options.http_addr);
         line[b.len] = 0;
         pm_os_message(line);
     }
