@@ -5,8 +5,9 @@
  * GetHeapProfile, MallocExtension_GetNumericProperty and friends.
  * Files are <prefix>.0001.heap, ... in gperftools' heap_v2 text, written by
  * the trigger engine (prof_triggers.c) with gperftools' own rule.
- * Must never: dump under a lock.  Its one lock, gp_lock, serialises the
- * public calls' changes of the prefix and is never held across a dump. */
+ * Must never: dump under a lock.  No lock of its own: `running` (a CAS)
+ * lets one HeapProfilerStart set the prefix, and the dumps take turns on
+ * the trigger set's busy flag. */
 #include "pm_hunt.h"
 #include "pm_triggers.h"
 
@@ -18,6 +19,7 @@
 enum { PREFIX_CAP = 4096 };
 PM_SPARSE_BSS static char prefix[PREFIX_CAP];
 static _Atomic uint64_t seq;
+static _Atomic int running; /* between HeapProfilerStart (or HEAPPROFILE) and Stop */
 static pm_trigger_t gp;
 
 /* <prefix>.NNNN.heap, NNNN from 0001 (wider past 9999, as gperftools). */
@@ -45,7 +47,8 @@ static void gp_fire(pm_trigger_t *t, const char *kind)
 static void start(const char *p)
 {
     size_t n = pm_fmt_strlen(p);
-    if (atomic_load(&gp.armed) || n + 1 > PREFIX_CAP) return;
+    int idle = 0;
+    if (n + 1 > PREFIX_CAP || !atomic_compare_exchange_strong(&running, &idle, 1)) return;
     for (size_t i = 0; i <= n; i++) prefix[i] = p[i];
     /* gperftools' profile is exact: every allocation, unless the user chose */
     if (!pm_options.sample_rate_set && pm_sampler_rate() != 1) profmalloc_set_sample_rate(1);
@@ -86,9 +89,20 @@ PM_EXPORT void HeapProfilerStart(const char *p)
     if (p && *p) start(p);
 }
 
-PM_EXPORT void HeapProfilerStop(void) { atomic_store(&gp.armed, 0); }
+PM_EXPORT void HeapProfilerStop(void)
+{
+    atomic_store(&gp.armed, 0);
+    /* a dump under way finishes with the prefix before it may change */
+    int idle = 0;
+    while (!atomic_compare_exchange_weak(&gp.busy, &idle, 1)) {
+        idle = 0;
+        pm_os_yield();
+    }
+    atomic_store(&gp.busy, 0);
+    atomic_store(&running, 0);
+}
 
-PM_EXPORT int IsHeapProfilerRunning(void) { return atomic_load(&gp.armed); }
+PM_EXPORT int IsHeapProfilerRunning(void) { return atomic_load(&running); }
 
 PM_EXPORT void HeapProfilerDump(const char *reason)
 {
