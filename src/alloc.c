@@ -169,21 +169,6 @@ static pm_span_t *owner_for(const void *p, const char *what)
     return s;
 }
 
-int pm_is_carved_object(const void *p, unsigned cls)
-{
-    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    pm_span_t *s = pm_pagemap_span(page);
-    return s && s->state == PM_SPAN_IN_USE && s->cls == cls && page >= s->page &&
-           pm_span_cut_object(s, p);
-}
-
-void pm_bad_link(int in_free, const void *link)
-{
-    pm_os_fatal(in_free ? "free(): corrupted free list (a block written after free?), link"
-                        : "malloc(): corrupted free list (a block written after free?), link",
-                link, 1);
-}
-
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 void pm_free_slow(void *p)
