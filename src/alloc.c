@@ -1,11 +1,11 @@
 /* alloc.c — the malloc family on top of the thread caches: the slow twins
- * of the inline fast paths (pm_internal.h), large blocks, calloc, realloc,
+ * of the inline fast paths (pm_fastpath.h), large blocks, calloc, realloc,
  * aligned allocation, usable size, and the free-side validation that
  * turns a bad pointer into a clear abort instead of heap corruption.
  * Must never: hold a lock (it takes none itself), or reach the profiler
  * other than through the sampling countdown on the slow path.
  * glibc is the reference for every edge case (doc/design.md lists them). */
-#include "pm_internal.h"
+#include "pm_fastpath.h"
 
 #include <errno.h>
 #include <string.h>
