@@ -133,7 +133,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     } else {
         p = alloc_large(size, bytes, align_pages, zero);
     }
-    if (sampled && p) pm_alloc_sampled(t, p, size, sampled);
+    if (sampled && p) pm_sites_add(t, p, size, sampled);
     return p;
 }
 
@@ -175,7 +175,7 @@ void pm_free_slow(void *p)
 {
     if (!p) return;
     pm_span_t *s = owner(p);
-    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     if (s->cls == 0) {
         free_large(s, 0);
         return;
@@ -260,10 +260,10 @@ static int shed_reserve(pm_span_t *s)
  * pages is not re-recorded: see the comment in pm_realloc). */
 static void resample(pm_span_t *s, void *p, size_t size)
 {
-    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     pm_tcache_t *t = thread_cache();
     uint64_t weight = sample_tick(t, size);
-    if (weight) pm_alloc_sampled(t, p, size, weight);
+    if (weight) pm_sites_add(t, p, size, weight);
 }
 
 void *pm_realloc(void *p, size_t size)
@@ -347,8 +347,8 @@ void *pm_realloc(void *p, size_t size)
     if (big && size > old) {
         size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
         size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
-        int sampled = pm_prof_maybe_sampled(s, p);
-        if (sampled) pm_free_sampled(s, p);
+        int sampled = pm_sites_maybe_sampled(s, p);
+        if (sampled) pm_sites_remove(s, p);
         if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
             pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
@@ -356,12 +356,12 @@ void *pm_realloc(void *p, size_t size)
             void *q = page_addr(s->page);
             pm_tcache_t *t = thread_cache();
             uint64_t weight = sample_tick(t, size);
-            if (weight) pm_alloc_sampled(t, q, size, weight);
+            if (weight) pm_sites_add(t, q, size, weight);
             return q;
         }
         if (sampled) {
             pm_tcache_t *t = thread_cache();
-            pm_alloc_sampled(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+            pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
         }
     }
     void *q = NULL;
@@ -383,7 +383,7 @@ void *pm_realloc(void *p, size_t size)
     }
     memcpy(q, p, size < old ? size : old);
     if (big) {
-        if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+        if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
         free_large(s, 1);
     } else {
         pm_free_inline(p);

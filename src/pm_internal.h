@@ -222,10 +222,10 @@ uint64_t pm_sampler_seed(void);
 
 /* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
 /* p (size bytes) was just allocated at a sample point of this weight. */
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
-void pm_free_sampled(pm_span_t *s, void *p);
-PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
+void pm_sites_remove(pm_span_t *s, void *p);
+PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;

@@ -317,7 +317,7 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -353,7 +353,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 0;
 }
 
-void pm_free_sampled(pm_span_t *s, void *p)
+void pm_sites_remove(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
      * without a lock.  The span's fields for p were written before p was
