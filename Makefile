@@ -6,6 +6,8 @@
 #   make check      the whole test suite (needs libcmocka-dev)
 #   make bench      benchmarks against glibc and the peers (doc/benchmarks.md)
 #   make demo       a leaky program run under the preload, with its heap profile
+#   make docs       the PROFMALLOC_* variables in README.md, doc/profmalloc.3 and
+#                   include/profmalloc.h, from src/options.c (commit the result)
 #   make install    PREFIX=/usr/local DESTDIR= : libs, header, profmalloc.pc, man page
 
 -include config.mk
@@ -114,7 +116,7 @@ $(PM_TEST_A): $(BUILD)/profmalloc-core.o
 	rm -f $@
 	$(AR) rcs $@ $<
 
--include $(wildcard test/*.mk test/*/*.mk bench/*.mk)
+-include $(wildcard test/*.mk test/*/*.mk bench/*.mk doc/*.mk)
 
 check: $(CHECK_TARGETS)
 	@echo "make check: all test groups passed"

@@ -31,6 +31,9 @@ typedef struct pm_options {
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);
+/* Row i of the options table for the docs generator (doc/gen_options.c):
+ * name, doc (`code` marked) and default as text; -1 past the last row. */
+int pm_options_row(size_t i, const char **name, const char **doc, char *def, size_t cap);
 
 /* ---- meta.c: metadata from mmap, never malloc ------------------------ */
 void *pm_meta_alloc(size_t size);       /* zeroed, 16-aligned, never freed */
