@@ -292,10 +292,9 @@ void *pm_realloc(void *p, size_t size)
     /* A large block that stays large shrinks in place, as glibc's does: its
      * tail pages go back to the page heap as free resident pages (the
      * release policy returns them like any others), with no copy and
-     * nothing to allocate, so it works when memory is exhausted.  Returning
-     * the tail to the OS at once made a shrink-then-grow-back loop of
-     * 0.3-4.3 MB blocks fault 1.07 M pages in 2.3 s (glibc: 0.84 s); kept
-     * resident, 44 k faults in 0.40 s, at the same peak RSS. */
+     * nothing to allocate, so it works when memory is exhausted, and a
+     * shrink-then-grow-back loop does not fault its pages in again
+     * (test_realloc_shrinks_large_in_place, test_exhausted_realloc_shrinks). */
     if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
         size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
         if (pm_pageheap_shrink(s, n)) {
@@ -311,17 +310,13 @@ void *pm_realloc(void *p, size_t size)
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
      * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
-     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
-     * for a block grown once).
+     * string that stopped growing in it (bench/realloc measures it).
      * A big large block (PM_BIG_MOVE) gets twice its old size: its pages
      * are only faulted in as they are written, and each move copies into
-     * fresh pages the kernel must fault in and zero (bench/grow: 0.29 ->
-     * 0.19 s, glibc 0.18 s, which moves such blocks with mremap; peak RSS
-     * 0.89x -> 1.00x glibc's).  The block it leaves goes back to the OS at
-     * once, as mremap leaves nothing behind: a block growing in steps would
-     * otherwise leave every step resident in the page heap (a Python list
-     * grown to 10 MB: 25 MB of them). */
+     * fresh pages the kernel must fault in and zero (bench/grow).  The
+     * block it leaves goes back to the OS at once, as mremap leaves nothing
+     * behind: a block growing in steps would otherwise leave every step
+     * resident in the page heap. */
     int big = s->cls == 0 && old >= PM_BIG_MOVE;
     size_t reserve = big ? 2 * old : old + old / 4;
     /* A large block grows into the free pages right after it when it can
@@ -341,9 +336,9 @@ void *pm_realloc(void *p, size_t size)
     /* A big block that cannot grow in place moves with mremap, as glibc
      * moves its mmapped chunks: its pages go with the page tables, so
      * nothing is copied or faulted in again, and the old addresses are
-     * gone at once (bench/grow: 72.6 k -> 40.0 k page faults, 0.24 ->
-     * 0.14 s).  The profiler's record is keyed by the old address:
-     * dropped before the move, taken again if the block stays. */
+     * gone at once (test_realloc_big_moves_pages).  The profiler's record
+     * is keyed by the old address: dropped before the move, taken again if
+     * the block stays. */
     if (big && size > old) {
         size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
         size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;

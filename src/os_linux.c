@@ -1,6 +1,7 @@
 /* os_linux.c — the only file that makes system calls (see pm_os.h).
  * Owns: mmap/munmap/madvise, the environment scan, raw file I/O, the
- * profiler's file and link lookups, clocks, futexes.  Must never: call malloc, stdio, getenv or anything that locks.
+ * profiler's file and link lookups, clocks, futexes.
+ * Must never: call malloc, stdio, getenv or anything that locks.
  * No state beyond a cached copy of /proc/self/environ used only when the
  * allocator starts before libc has set `environ`. */
 #ifndef _GNU_SOURCE

@@ -2,8 +2,8 @@
  * names (override.c) and the malloc family (alloc.c), the only two files
  * that include it, so no file below alloc.c can call up into them.  They
  * take no lock and call nothing but their slow twins in alloc.c.
- * Their cost is pinned by bench/count-instructions.sh (71 instructions per
- * malloc+free pair, gcc build).
+ * Their cost per malloc+free pair is measured by bench/count-instructions.sh
+ * (doc/performance.md gives today's figure); no change may raise it.
  *
  * A block in a thread cache's list holds the next block in its first word.
  * free compares the block with its list's head, so a block freed twice in

@@ -1,8 +1,12 @@
 /* pm_internal.h — internal prototypes, grouped under the .c that owns them,
  * and the inlines other files share (size-class lookup, page-map lookup,
  * the sampler's countdown); the malloc and free fast paths are in
- * pm_fastpath.h.  Calls go down the ladder only:
- *   override → alloc → tcache → central → pageheap → pagemap/meta → os  */
+ * pm_fastpath.h.  Calls go down the ladder:
+ *   override → alloc → tcache → central → pageheap → pagemap/meta → os
+ * except at the documented entry points (doc/design.md, "Calls go down"):
+ * pm_init from the first allocation and the public calls, the profiler's
+ * pm_sampler_* and pm_sites_* on the slow path, the fork and thread-exit
+ * hooks. */
 #ifndef PM_INTERNAL_H
 #define PM_INTERNAL_H
 

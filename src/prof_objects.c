@@ -36,10 +36,8 @@ static _Atomic int loaded_n;
 /* ---- giving back the pages of the unwind tables -------------------------
  * A rule is worked out once per PC and then cached, but working it out
  * reads the object's .eh_frame_hdr and .eh_frame, and the kernel maps the
- * 64 KB of file around every page such a read faults in.  libc's tables
- * alone left 130-200 KB resident in every profiled process, for a few
- * lookups at start-up: more than a small program's whole heap moves.
- * So after a walk that read the tables of a start-up object, the pages
+ * 64 KB of file around every page such a read faults in, resident for
+ * good for a few lookups at start-up.  So after a walk that read the tables of a start-up object, the pages
  * from its .eh_frame_hdr to the end of the segment that holds it go back
  * (MADV_DONTNEED: the file's pages stay in the page cache, and the next
  * read maps them again).  Only where no write can be lost: the segment is
@@ -47,7 +45,8 @@ static _Atomic int loaded_n;
  * no patched code lives there) and the object has no text relocations;
  * and only start-up objects, which are never unloaded, so the range can
  * never hold anything else.  At most once per PM_GIVEBACK_NS: tables read
- * since the last time go at the first capture after that. */
+ * since the last time go at the first capture after that
+ * (test_prof_unwind.c: test_tables_given_back, test_unloaded_tables_kept). */
 #define PM_GIVEBACK_NS (100 * 1000 * 1000)
 static uintptr_t giveback_lo[PM_PINNED_MAX], giveback_hi[PM_PINNED_MAX];
 static _Atomic uint64_t giveback_pending; /* one bit per start-up object */

@@ -251,10 +251,9 @@ static void find_rule(uintptr_t pc, pm_cfi_frame_rule_t *r, uint64_t *touched)
     uint64_t key = cache_key(pc, hdr, ident);
     uint64_t kx = atomic_load_explicit(&e->key_x_data, memory_order_relaxed);
     uint64_t d = atomic_load_explicit(&e->data, memory_order_relaxed);
-    /* Two ways: a PC whose slot another took sits in the slot's neighbour
-     * (two PCs of one stack that shared a slot had missed at every sample:
-     * 2.5 instructions per malloc+free pair in bench/fastpath at the
-     * default rate, the small cache never filling enough to grow). */
+    /* Two ways: a PC whose slot another took sits in the slot's neighbour,
+     * so two PCs of one stack that share a slot do not miss at every sample
+     * (bench/count-instructions.sh at the default rate shows it). */
     cache_entry_t *alt = NULL;
     uint64_t ad = 0;
     if (PM_UNLIKELY(!(d & 1) || (kx ^ d) != key)) {

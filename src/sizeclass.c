@@ -4,9 +4,9 @@
  * is at most 12.5% above 128 bytes.  A class's span is the fewest pages
  * with at most 1/8 left over at its tail (a page holds at least 8 objects
  * of the classes up to 1 KiB).  Spans of the big classes thus hold 1 to 11
- * objects: one live object pins its whole span, and with spans of at least
- * 32 KiB strings grown by realloc left 3x their live bytes resident
- * (bench/realloc peak RSS: 43 MB, now 33 MB).  Batch (objects moved
+ * objects: one live object pins its whole span, so short spans keep
+ * strings grown by realloc from pinning much more than their live bytes
+ * (test_sizeclass_table checks the rule).  Batch (objects moved
  * between a thread cache and the central list at once) is 64 KiB / size,
  * clamped to 2..32.
  * doc/design.md prints the table with its waste (build/sizeclass-table).
