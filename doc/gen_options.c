@@ -90,7 +90,8 @@ static void put_rows(FILE *out, enum style st)
             put_doc(out, doc, st);
             fprintf(out, " | `%s` |\n", def);
         } else if (st == MAN) {
-            fprintf(out, ".TP\n.B %s\n", name);
+            /* a line starting with . or ' would be a roff request */
+            fprintf(out, ".TP\n.B %s\n%s", name, doc[0] == '.' || doc[0] == '\'' ? "\\&" : "");
             put_doc(out, doc, st);
             fprintf(out, ".\nDefault: %s.\n", def);
         } else {
