@@ -424,7 +424,10 @@ const void *pm_os_map_file(const char *path, size_t *len)
 {
     int saved = errno;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
+    if (fd < 0) {
+        errno = saved;
+        return NULL;
+    }
     struct stat st;
     void *p = MAP_FAILED;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX) {
