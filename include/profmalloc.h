@@ -34,6 +34,15 @@
  *                            default, so that a library opened with it frees
  *                            through profmalloc; profmalloc(3), NOTES)
  *                            (default 0)
+ *   PROFMALLOC_HTTP          serve the heap profile at Go's /debug/pprof/
+ *                            paths (heap, allocs, symbol) and the statistics
+ *                            at /debug/profmalloc/stats on host:port; :port
+ *                            means 127.0.0.1, port 0 picks one (as
+ *                            profmalloc_http_start() does; doc/http.md)
+ *                            (default none)
+ *   PROFMALLOC_HTTP_PORT_FILE
+ *                            a file the port PROFMALLOC_HTTP serves on is
+ *                            written to (default none)
  * options: end
  * A malformed value is reported once on stderr and the default is used.
  */
@@ -105,6 +114,18 @@ size_t profmalloc_get_sample_rate(void);
 
 /* Returns all free memory to the OS, like malloc_trim(0). */
 void profmalloc_release_free_memory(void);
+
+/* The /debug/pprof endpoint (doc/http.md): a thread of the library's that
+ * serves /debug/pprof/heap, /allocs, /symbol and /debug/profmalloc/stats
+ * over HTTP/1.1.  addr is "host:port", "[v6addr]:port" or ":port" (which
+ * means 127.0.0.1, not every interface); port 0 picks one.  NULL means
+ * "127.0.0.1:0".  Returns the port served, or -1 with errno set (EINVAL
+ * for a malformed address, EBUSY when already serving, or the socket's
+ * error).  A forked child does not serve until it calls this itself.
+ * profmalloc_http_stop waits for a request in flight to end (it is cut
+ * short) and closes the socket; it runs at exit too. */
+int profmalloc_http_start(const char *addr);
+void profmalloc_http_stop(void);
 
 #ifdef __cplusplus
 }

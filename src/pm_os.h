@@ -1,11 +1,13 @@
 /* pm_os.h — the OS contract.  os_linux.c is the only file that calls a
- * system-call wrapper (mmap, open, stat, futex, ...); everything else in
- * src/ reaches the kernel through here (check-os-contract reads every
+ * system-call wrapper (mmap, open, stat, futex, ...) but for one named
+ * below; everything else in src/ reaches the kernel through here (check-os-contract reads every
  * other object's undefined symbols).  Other files call libc and the
  * loader only where the call itself is the point, and those may enter
  * the kernel on their own: the loader's lists (dl_iterate_phdr,
  * _dl_find_object, getauxval; dlopen/dlsym in needed.c and deepbind.c)
  * and pthread's keys, fork handlers and robust mutexes (tcache.c, init.c).
+ * One file makes its own: prof_http.c, the HTTP server, on a thread of its
+ * own and no allocator path, whose sockets, poll and memfds are its job.
  * Must never: allocate with malloc, take an allocator lock, or use stdio.
  * Every function is safe to call before any constructor has run. */
 #ifndef PM_OS_H
