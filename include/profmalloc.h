@@ -8,34 +8,95 @@
  *
  * Environment (read once, at the first allocation; ignored in setuid and
  * setgid programs):
- *   PROFMALLOC_SAMPLE_RATE   mean bytes between samples (suffixes k, M, G);
- *                            0 turns profiling off, 1 records every
- *                            allocation; default 512k
- *   PROFMALLOC_DUMP          path pattern for a heap profile written at exit;
- *                            %p is replaced by the process id
- *   PROFMALLOC_UNWIND        "dwarf" (default, uses .eh_frame) or "fp"
- *                            (frame pointers only; faster, needs
- *                            -fno-omit-frame-pointer everywhere)
- *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches
- *                            (default 32M)
- *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back to
- *                            the OS (default 64M; pages unused for 1 s go back
- *                            anyway)
- *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
- *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen keeps RTLD_DEEPBIND (by default the
- *                            library's dlopen drops it: profmalloc(3) NOTES)
- *   PROFMALLOC_DUMP_PEAK     the profile at the peak of live bytes, at exit
- *   PROFMALLOC_LEAKS         1: the call stacks still holding memory at exit,
- *                            on stderr; a path: their profile
- *   PROFMALLOC_DUMP_EVERY_BYTES, _EVERY_INUSE, _EVERY_SECONDS, _SIGNAL,
- *   PROFMALLOC_DUMP_PREFIX   numbered dumps on a trigger
- *   PROFMALLOC_TIMELINE (_INTERVAL, _MAX, _KEEP, _SITES, _PEAK_SECONDS) a log of live
- *                            bytes and of the sites at each local peak
- *   HEAPPROFILE and gperftools' HEAP_PROFILE_* variables, as gperftools
- *                            reads them
- *   PROFMALLOC_HTTP          host:port: serve /debug/pprof/ from the process
- *                            (profmalloc_http_start below); :0 picks a port
- *   PROFMALLOC_HTTP_PORT_FILE where the port served is written
+ * options: begin (make docs, from src/options.c)
+ *   PROFMALLOC_SAMPLE_RATE   mean bytes between samples, with an optional k,
+ *                            M or G suffix; 0 turns profiling off, 1 records
+ *                            every allocation (default 512k)
+ *   PROFMALLOC_DUMP          write a heap profile to this path at exit
+ *                            (exit() or a return from main; a Go program
+ *                            calls profmalloc_dump()); %p is the process id,
+ *                            %% a %, any other % makes the value malformed
+ *                            (default none)
+ *   PROFMALLOC_UNWIND        stack unwinder: dwarf (.eh_frame tables, works
+ *                            without frame pointers) or fp (frame pointers:
+ *                            faster, needs -fno-omit-frame-pointer
+ *                            everywhere) (default dwarf)
+ *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches (default
+ *                            32M)
+ *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back
+ *                            to the OS (pages unused for a second go back
+ *                            anyway); unset, the cap is the default or half
+ *                            the memory in use, whichever is more; set, it is
+ *                            the cap (default 64M)
+ *   PROFMALLOC_VERBOSE       1 prints the options in force at start (default
+ *                            0)
+ *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen() keeps RTLD_DEEPBIND (dropped by
+ *                            default, so that a library opened with it frees
+ *                            through profmalloc; profmalloc(3), NOTES)
+ *                            (default 0)
+ *   PROFMALLOC_DUMP_PEAK     write the profile at the peak of live bytes to
+ *                            this path at exit (doc/peak.md); %p is the
+ *                            process id (default none)
+ *   PROFMALLOC_LEAKS         1: at exit, the call stacks still holding
+ *                            memory, on stderr; a path (%p allowed): their
+ *                            profile instead (doc/leaks.md) (default none)
+ *   PROFMALLOC_DUMP_PREFIX   the triggered dumps below go to
+ *                            <prefix>.<pid>.<seq>.<kind>.pb.gz; %p is the
+ *                            process id (default profmalloc)
+ *   PROFMALLOC_DUMP_EVERY_BYTES
+ *                            a dump each time this many more bytes were
+ *                            allocated; 0 never (default 0)
+ *   PROFMALLOC_DUMP_EVERY_INUSE
+ *                            a dump each time the high-water mark of live
+ *                            bytes passes a multiple of this; 0 never
+ *                            (default 0)
+ *   PROFMALLOC_DUMP_EVERY_SECONDS
+ *                            a dump every this many seconds while the program
+ *                            allocates; 0 never (default 0)
+ *   PROFMALLOC_DUMP_SIGNAL   a dump when this signal arrives (SIGUSR2, USR2
+ *                            or a number) (default none)
+ *   PROFMALLOC_TIMELINE      append a record of live bytes about every
+ *                            interval, and the top sites at each local peak,
+ *                            to this path (doc/timeline.md); %p is the
+ *                            process id (default none)
+ *   PROFMALLOC_TIMELINE_INTERVAL
+ *                            milliseconds between timeline records, 1 to
+ *                            60000 (default 100)
+ *   PROFMALLOC_TIMELINE_MAX  size at which the timeline rotates to path.1,
+ *                            ..., at least 4k (default 64M)
+ *   PROFMALLOC_TIMELINE_KEEP rotated timeline parts kept, 0 to 99 (default 3)
+ *   PROFMALLOC_TIMELINE_SITES
+ *                            sites listed at each timeline peak, 1 to 64
+ *                            (default 16)
+ *   PROFMALLOC_TIMELINE_PEAK_SECONDS
+ *                            while live bytes only rise, a timeline peak
+ *                            block at least this often; 0 never (default 10)
+ *   HEAPPROFILE              gperftools: write <prefix>.0001.heap, ... on
+ *                            gperftools' triggers and at exit; sets the
+ *                            sample rate to 1 unless PROFMALLOC_SAMPLE_RATE
+ *                            is given (doc/gperftools.md) (default none)
+ *   HEAP_PROFILE_ALLOCATION_INTERVAL
+ *                            gperftools: a dump each time this many more
+ *                            bytes were allocated (default 1073741824)
+ *   HEAP_PROFILE_INUSE_INTERVAL
+ *                            gperftools: a dump each time the high-water mark
+ *                            of live bytes rises by this much (default
+ *                            104857600)
+ *   HEAP_PROFILE_TIME_INTERVAL
+ *                            gperftools: a dump every this many seconds; 0
+ *                            never (default 0)
+ *   HEAPPROFILESIGNAL        gperftools: a dump when this signal arrives
+ *                            (default none)
+ *   PROFMALLOC_HTTP          serve the heap profile at Go's /debug/pprof/
+ *                            paths (heap, allocs, symbol) and the statistics
+ *                            at /debug/profmalloc/stats on host:port; :port
+ *                            means 127.0.0.1, port 0 picks one (as
+ *                            profmalloc_http_start() does; doc/http.md)
+ *                            (default none)
+ *   PROFMALLOC_HTTP_PORT_FILE
+ *                            a file the port PROFMALLOC_HTTP serves on is
+ *                            written to (default none)
+ * options: end
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H

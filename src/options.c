@@ -1,8 +1,12 @@
-/* options.c — the one table of PROFMALLOC_* options: name, kind, default,
- * one-line doc.  Parsed once, at process init, from `environ` (never
- * getenv).  Ignored entirely in setuid/setgid programs (AT_SECURE).
- * A malformed value is reported once on stderr and the default kept.
- * Written only during init (under the init protocol), read everywhere. */
+/* options.c — the one table of PROFMALLOC_* options: name, kind, target,
+ * doc; a target's initial value in pm_options is the default.  The table
+ * is the one source of the options' documentation: `make docs` writes
+ * README.md's, doc/profmalloc.3's and include/profmalloc.h's from it
+ * (doc/gen_options.c), and check-docs fails on drift.  Parsed once, at
+ * process init, from `environ` (never getenv).  Ignored entirely in
+ * setuid/setgid programs (AT_SECURE).  A malformed value is reported once
+ * on stderr and the default kept.  Written only during init (under the
+ * init protocol), read everywhere. */
 #include "pm_internal.h"
 
 pm_options_t pm_options = {
@@ -13,6 +17,7 @@ pm_options_t pm_options = {
     .release_bytes = 64u << 20,
     .verbose = 0,
     .keep_deepbind = 0,
+    .dump_prefix = "profmalloc",
     .timeline_interval_ms = 100,
     .timeline_max = 64u << 20,
     .timeline_keep = 3,
@@ -39,61 +44,79 @@ static const struct option {
     size_t cap;
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", &pm_options.sample_rate_set, NULL, 0},
+     "mean bytes between samples, with an optional `k`, `M` or `G` suffix; `0` turns "
+     "profiling off, `1` records every allocation", &pm_options.sample_rate_set, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL, NULL, 0},
+     "write a heap profile to this path at exit (`exit()` or a return from `main`; a Go "
+     "program calls `profmalloc_dump()`); `%p` is the process id, `%%` a %, any other % "
+     "makes the value malformed", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
-     "stack unwinder: dwarf (default) or fp", NULL, NULL, 0},
+     "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
+     "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches (default 32M)", NULL, NULL, 0},
+     "byte budget shared by all thread caches", NULL, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
-     "free resident memory kept before returning it to the OS; unset: 64M or half "
-     "the memory in use, whichever is more", &pm_options.release_bytes_set, NULL, 0},
+     "free resident memory kept before pages go back to the OS (pages unused for a "
+     "second go back anyway); unset, the cap is the default or half the memory in use, "
+     "whichever is more; set, it is the cap", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "1: print the options in force at start", NULL, NULL, 0},
+     "`1` prints the options in force at start", NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
-     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL, NULL, 0},
+     "`1`: `dlopen()` keeps `RTLD_DEEPBIND` (dropped by default, so that a library "
+     "opened with it frees through profmalloc; profmalloc(3), NOTES)", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_PEAK", PATTERN, &pm_options.dump_peak,
-     "write the profile at the peak of live bytes here at exit; %p = pid", NULL, NULL, 0},
+     "write the profile at the peak of live bytes to this path at exit (doc/peak.md); "
+     "`%p` is the process id", NULL, NULL, 0},
     {"PROFMALLOC_LEAKS", LEAKS, &pm_options.leaks,
-     "1: report the sites still holding memory at exit on stderr; a path: write their profile", NULL, NULL, 0},
+     "`1`: at exit, the call stacks still holding memory, on stderr; a path (`%p` "
+     "allowed): their profile instead (doc/leaks.md)", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_PREFIX", PATTERN, &pm_options.dump_prefix,
-     "triggered dumps go to <prefix>.<pid>.<seq>.<kind>.pb.gz (default profmalloc)", NULL, NULL, 0},
+     "the triggered dumps below go to `<prefix>.<pid>.<seq>.<kind>.pb.gz`; `%p` is the "
+     "process id", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_BYTES", SIZE, &pm_options.every_bytes,
-     "dump each time this many more bytes were allocated", NULL, NULL, 0},
+     "a dump each time this many more bytes were allocated; `0` never", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_INUSE", SIZE, &pm_options.every_inuse,
-     "dump each time the high-water mark of live bytes rises by this much", NULL, NULL, 0},
+     "a dump each time the high-water mark of live bytes passes a multiple of this; "
+     "`0` never", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_EVERY_SECONDS", COUNT, &pm_options.every_seconds,
-     "dump every this many seconds while the program allocates", NULL, NULL, 0},
+     "a dump every this many seconds while the program allocates; `0` never", NULL, NULL, 0},
     {"PROFMALLOC_DUMP_SIGNAL", SIGNAL, &pm_options.dump_signal,
-     "dump when this signal arrives (SIGUSR2, USR2 or a number)", NULL, NULL, 0},
+     "a dump when this signal arrives (`SIGUSR2`, `USR2` or a number)", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE", PATTERN, &pm_options.timeline,
-     "append a timeline of live bytes and peaks here; %p = pid (doc/timeline.md)", NULL, NULL, 0},
+     "append a record of live bytes about every interval, and the top sites at each "
+     "local peak, to this path (doc/timeline.md); `%p` is the process id", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_INTERVAL", COUNT, &pm_options.timeline_interval_ms,
-     "milliseconds between timeline records, 1 to 60000 (default 100)", NULL, NULL, 0},
+     "milliseconds between timeline records, 1 to 60000", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_MAX", SIZE, &pm_options.timeline_max,
-     "timeline size at which it rotates, at least 4k (default 64M)", NULL, NULL, 0},
+     "size at which the timeline rotates to `path.1`, ..., at least 4k", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_KEEP", COUNT, &pm_options.timeline_keep,
-     "rotated timeline parts kept, 0 to 99 (default 3)", NULL, NULL, 0},
+     "rotated timeline parts kept, 0 to 99", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_SITES", COUNT, &pm_options.timeline_sites,
-     "sites listed at each timeline peak, 1 to 64 (default 16)", NULL, NULL, 0},
+     "sites listed at each timeline peak, 1 to 64", NULL, NULL, 0},
     {"PROFMALLOC_TIMELINE_PEAK_SECONDS", COUNT, &pm_options.timeline_peak_seconds,
-     "while live bytes only rise, their top sites at least this often; 0 never (default 10)", NULL, NULL, 0},
+     "while live bytes only rise, a timeline peak block at least this often; `0` never",
+     NULL, NULL, 0},
     {"HEAPPROFILE", PATTERN, &pm_options.heapprofile,
-     "gperftools: write <prefix>.0001.heap, ... (implies PROFMALLOC_SAMPLE_RATE=1)", NULL, NULL, 0},
+     "gperftools: write `<prefix>.0001.heap`, ... on gperftools' triggers and at exit; "
+     "sets the sample rate to 1 unless `PROFMALLOC_SAMPLE_RATE` is given "
+     "(doc/gperftools.md)", NULL, NULL, 0},
     {"HEAP_PROFILE_ALLOCATION_INTERVAL", COUNT, &pm_options.hp_alloc_interval,
-     "gperftools: dump each time this many bytes were allocated (default 1073741824)", NULL, NULL, 0},
+     "gperftools: a dump each time this many more bytes were allocated", NULL, NULL, 0},
     {"HEAP_PROFILE_INUSE_INTERVAL", COUNT, &pm_options.hp_inuse_interval,
-     "gperftools: dump each time the high-water mark rises by this much (default 104857600)", NULL, NULL, 0},
+     "gperftools: a dump each time the high-water mark of live bytes rises by this much",
+     NULL, NULL, 0},
     {"HEAP_PROFILE_TIME_INTERVAL", COUNT, &pm_options.hp_time_interval,
-     "gperftools: dump every this many seconds (default 0: never)", NULL, NULL, 0},
+     "gperftools: a dump every this many seconds; `0` never", NULL, NULL, 0},
     {"HEAPPROFILESIGNAL", SIGNAL, &pm_options.hp_signal,
-     "gperftools: dump when this signal arrives", NULL, NULL, 0},
+     "gperftools: a dump when this signal arrives", NULL, NULL, 0},
     {"PROFMALLOC_HTTP", STRING, &pm_options.http_addr,
-     "serve /debug/pprof/ on host:port (:0 picks a port; default: off)", NULL, http_addr,
+     "serve the heap profile at Go's `/debug/pprof/` paths (`heap`, `allocs`, `symbol`) "
+     "and the statistics at `/debug/profmalloc/stats` on `host:port`; `:port` means "
+     "127.0.0.1, port 0 picks one (as `profmalloc_http_start()` does; doc/http.md)",
+     NULL, http_addr,
      sizeof http_addr},
     {"PROFMALLOC_HTTP_PORT_FILE", STRING, &pm_options.http_port_file,
-     "write PROFMALLOC_HTTP's port to this file (default: none)", NULL, http_port_file,
+     "a file the port `PROFMALLOC_HTTP` serves on is written to", NULL, http_port_file,
      sizeof http_port_file},
 };
 
@@ -107,7 +130,8 @@ static void complain(const char *name, const char *value, const char *doc)
     pm_buf_str(&b, "=\"");
     pm_buf_str(&b, value);
     pm_buf_str(&b, "\" (");
-    pm_buf_str(&b, doc);
+    for (const char *d = doc; *d; d++) /* the doc without its `code` marks */
+        if (*d != '`') pm_buf_str(&b, (char[2]){*d, 0});
     pm_buf_str(&b, ")");
     line[b.len] = 0;
     pm_os_message(line);
@@ -198,6 +222,46 @@ static int parse(const struct option *o, const char *v)
         return 0;
     }
     return -1;
+}
+
+/* A size as the docs write it: the largest of G, M, k dividing it. */
+static void put_size(pm_buf_t *b, uint64_t v)
+{
+    static const char suffix[] = "GMk";
+    for (int i = 0; i < 3; i++) {
+        uint64_t unit = (uint64_t)1 << (30 - 10 * i);
+        if (v && v % unit == 0) {
+            pm_buf_u64(b, v / unit);
+            pm_buf_str(b, (char[2]){suffix[i], 0});
+            return;
+        }
+    }
+    pm_buf_u64(b, v);
+}
+
+int pm_options_row(size_t i, const char **name, const char **doc, char *def, size_t cap)
+{
+    if (i >= PM_ARRAY_LEN(table) || cap < 2) return -1;
+    const struct option *o = &table[i];
+    pm_buf_t b;
+    pm_buf_init(&b, def, cap - 1, -1);
+    switch (o->kind) {
+    case SIZE: put_size(&b, *(uint64_t *)o->target); break;
+    case PATTERN:
+    case STRING: pm_buf_str(&b, *(const char **)o->target ? *(const char **)o->target : "none"); break;
+    case BOOL: pm_buf_u64(&b, (uint64_t)*(int *)o->target); break;
+    case UNWIND: pm_buf_str(&b, *(int *)o->target ? "fp" : "dwarf"); break;
+    case COUNT: pm_buf_u64(&b, *(uint64_t *)o->target); break;
+    case SIGNAL: /* 0: none */
+        if (*(uint64_t *)o->target) pm_buf_u64(&b, *(uint64_t *)o->target);
+        else pm_buf_str(&b, "none");
+        break;
+    case LEAKS: pm_buf_str(&b, *(const char **)o->target ? *(const char **)o->target : "none"); break;
+    }
+    def[b.len] = 0;
+    *name = o->name;
+    *doc = o->doc;
+    return 0;
 }
 
 void pm_options_load(void)

@@ -1,20 +1,13 @@
-/* prof_sites.c — the sampled allocation-site table.  A sampled allocation
- * gets a record (address → bucket, weight) and its bucket, one per
- * (call stack, requested size), accumulates unbiased estimates: each
- * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
- * subtracts the same.  Snapshots copy the buckets into mapped memory for
- * prof_dump.c, which adds the stats and hands them to the writers; they
- * may show a copy of the table, or the table minus a copy, instead
- * (pm_prof_view_t: the peak, since a mark).  Leak hunting reads the table
- * through pm_sites_copy and running totals kept here (pm_hunt.h).
- * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
- * lock per record shard (a shard holds the records of the spans that hash
- * to it, and guards those spans' sampled-block fields).  No path holds two
- * of them; bucket counters are atomics, so frees never take prof.lock.
- * Must never: unwind, map memory or write a file while holding a lock —
- * pools are refilled and tables grown with the lock dropped; never call
- * malloc (everything comes from meta.c or pm_os_map), nor reach up to the
- * stats, init or the dump API. */
+/* prof_sites.c — the sampled allocation-site table: a record per live
+ * sample (address → bucket, weight), a bucket per (call stack, requested
+ * size) holding unbiased estimates (each sample adds the weight
+ * prof_sampler.c gave it, its free subtracts it), running totals and
+ * copies for leak hunting (pm_hunt.h), and snapshots in mapped memory for
+ * prof_dump.c, of the table or of a view of it (a copy, or the table minus
+ * one).  Locks: prof.lock (stacks, buckets, their arena) and one per record
+ * shard (the records and sampled-block fields of the spans that hash to
+ * it), never two at once; frees never take prof.lock.  Must never: unwind,
+ * map memory or write a file under a lock, call malloc, or reach up. */
 #include "pm_internal.h"
 #include "pm_hunt.h"
 #include "pm_prof_types.h"
@@ -340,7 +333,7 @@ uint64_t pm_sites_live_low(uint64_t restart)
     return atomic_exchange_explicit(&live_low, restart, memory_order_relaxed);
 }
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -379,7 +372,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 0;
 }
 
-void pm_free_sampled(pm_span_t *s, void *p)
+void pm_sites_remove(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
      * without a lock.  The span's fields for p were written before p was
