@@ -461,6 +461,10 @@ ssize_t pm_os_readlink(const char *path, char *buf, size_t cap) { return readlin
 
 int pm_os_fchmod(int fd, int mode) { return fchmod(fd, (mode_t)mode); }
 
+int pm_os_memfd(const char *name) { return (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC); }
+
+int64_t pm_os_seek(int fd, int64_t offset, int whence) { return (int64_t)lseek(fd, (off_t)offset, whence); }
+
 int pm_os_set_blocking(int fd)
 {
     int flags = fcntl(fd, F_GETFL);

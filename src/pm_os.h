@@ -61,6 +61,8 @@ int pm_os_write_all(int fd, const void *buf, size_t len);
 int pm_os_open(const char *path, int flags, int mode);
 int pm_os_close(int fd);
 ssize_t pm_os_read(int fd, void *buf, size_t len);
+int pm_os_memfd(const char *name);                         /* close-on-exec */
+int64_t pm_os_seek(int fd, int64_t offset, int whence);   /* lseek */
 int pm_os_rename(const char *from, const char *to);
 int pm_os_unlink(const char *path);
 int pm_os_fsync(int fd);

@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 enum { PREFIX_CAP = 4096 };
@@ -123,15 +122,15 @@ PM_EXPORT void HeapProfilerDump(const char *reason)
 PM_EXPORT char *GetHeapProfile(void)
 {
     pm_init();
-    int fd = memfd_create("profmalloc-heap", MFD_CLOEXEC);
+    int fd = pm_os_memfd("profmalloc-heap");
     if (fd < 0) return NULL;
     char *text = NULL;
     if (profmalloc_dump_fd(fd, PROFMALLOC_FORMAT_LEGACY) == 0) {
-        off_t len = lseek(fd, 0, SEEK_END);
-        if (len >= 0 && (text = malloc((size_t)len + 1))) {
+        int64_t len = pm_os_seek(fd, 0, SEEK_END);
+        if (len >= 0 && pm_os_seek(fd, 0, SEEK_SET) == 0 && (text = malloc((size_t)len + 1))) {
             size_t got = 0;
             while (got < (size_t)len) {
-                ssize_t r = pread(fd, text + got, (size_t)len - got, (off_t)got);
+                ssize_t r = pm_os_read(fd, text + got, (size_t)len - got);
                 if (r <= 0) break;
                 got += (size_t)r;
             }
