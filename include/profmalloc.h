@@ -28,8 +28,8 @@
  *                            anyway); unset, the cap is the default or half
  *                            the memory in use, whichever is more; set, it is
  *                            the cap (default 64M)
- *   PROFMALLOC_VERBOSE       1 prints the options in force at start (default
- *                            0)
+ *   PROFMALLOC_VERBOSE       1 prints the options in force at start, and
+ *                            where the exit dump was written (default 0)
  *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen() keeps RTLD_DEEPBIND (dropped by
  *                            default, so that a library opened with it frees
  *                            through profmalloc; profmalloc(3), NOTES)

@@ -50,7 +50,8 @@ static const struct option {
      "second go back anyway); unset, the cap is the default or half the memory in use, "
      "whichever is more; set, it is the cap", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "`1` prints the options in force at start", NULL, NULL, 0},
+     "`1` prints the options in force at start, and where the exit dump was written",
+     NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
      "`1`: `dlopen()` keeps `RTLD_DEEPBIND` (dropped by default, so that a library "
      "opened with it frees through profmalloc; profmalloc(3), NOTES)", NULL, NULL, 0},

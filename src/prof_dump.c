@@ -342,21 +342,22 @@ void pm_dump_at_exit(void)
     }
     path[b.len] = 0;
     int err = ENAMETOOLONG;
-    if (!b.truncated) {
-        if (profmalloc_dump(path) == 0) {
-            pm_os_unmap(path, PATH_CAP + MSG_CAP);
-            return;
-        }
-        err = errno;
+    if (!b.truncated) err = profmalloc_dump(path) == 0 ? 0 : errno;
+    /* silent when written, unless asked; else which file and why, in
+     * strerror's words from a table (strerror may allocate;
+     * test_prof's test_exit_dump_messages) */
+    if (!err && !pm_options.verbose) {
+        pm_os_unmap(path, PATH_CAP + MSG_CAP);
+        return;
     }
-    /* which file and why (errno's number: strerror may allocate) */
     pm_buf_t m;
     pm_buf_init(&m, msg, MSG_CAP - 1, -1);
-    pm_buf_str(&m, "PROFMALLOC_DUMP: could not write the heap profile to ");
+    pm_buf_str(&m, err ? "PROFMALLOC_DUMP: could not write the heap profile to "
+                       : "PROFMALLOC_DUMP: wrote the heap profile to ");
     pm_buf_str(&m, path);
-    pm_buf_str(&m, " (errno ");
-    pm_buf_u64(&m, (uint64_t)err);
-    pm_buf_str(&m, ")");
+    const char *text = pm_fmt_errno_text(err);
+    if (err && text) pm_buf_str(&m, ": "), pm_buf_str(&m, text);
+    else if (err) pm_buf_str(&m, ": errno "), pm_buf_u64(&m, (uint64_t)err);
     msg[m.len] = 0;
     pm_os_message(msg);
     pm_os_unmap(path, PATH_CAP + MSG_CAP);

@@ -1223,6 +1223,51 @@ static void test_dump_at_exit_with_pid(void **state)
     dump_at_exit("", NULL, "--print-pid-and-exit", "exit_site");
 }
 
+/* The exit dump says nothing when it wrote its file, unless
+ * PROFMALLOC_VERBOSE=1, which says where; when it could not, it says so
+ * with the path and the reason in words. */
+static int pid_line(const char *out)
+{
+    for (const char *l = out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (*l >= '1' && *l <= '9' && l[strspn(l, "0123456789")] == '\n') return atoi(l);
+    return -1;
+}
+
+static void test_exit_dump_messages(void **state)
+{
+    (void)state;
+    char env[PATH_MAX + 128], want[2 * PATH_MAX];
+    int status;
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/no-such-dir/x.%%p.pb.gz'", g_dir);
+    char *out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    snprintf(want, sizeof want,
+             "profmalloc: PROFMALLOC_DUMP: could not write the heap profile to %s/no-such-dir/x.%d.pb.gz: "
+             "No such file or directory\n", g_dir, pid_line(out));
+    assert_non_null(strstr(out, want));
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/prof-quiet.%%p.pb.gz'", g_dir);
+    out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    assert_null(strstr(out, "profmalloc:"));
+    snprintf(want, sizeof want, "%s/prof-quiet.%d.pb.gz", g_dir, pid_line(out));
+    assert_int_equal(access(want, F_OK), 0);
+    unlink(want);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_VERBOSE=1 PROFMALLOC_DUMP='%s/prof-verbose.%%p.pb.gz'", g_dir);
+    out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/prof-verbose.%d.pb.gz", g_dir, pid_line(out));
+    snprintf(want, sizeof want, "profmalloc: PROFMALLOC_DUMP: wrote the heap profile to %s\n", path);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(access(path, F_OK), 0);
+    unlink(path);
+    free(out);
+}
+
 /* The exit dump's path survives a program that overwrites its environment
  * strings to set its process title (test/prof/retitle.c). */
 static void test_dump_at_exit_after_retitle(void **state)
@@ -1365,6 +1410,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_legacy_dump_without_proc),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_dump_at_exit_after_retitle),
+        cmocka_unit_test(test_exit_dump_messages),
         cmocka_unit_test(test_frame_pointer_unwind),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),
