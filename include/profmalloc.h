@@ -15,8 +15,10 @@
  *   PROFMALLOC_DUMP          write a heap profile to this path at exit
  *                            (exit() or a return from main; a Go program
  *                            calls profmalloc_dump()); %p is the process id,
- *                            %% a %, any other % makes the value malformed
- *                            (default none)
+ *                            %e the program's name (the last part of the path
+ *                            it was started by: a script's own name), %% a %,
+ *                            any other % makes the value malformed (default
+ *                            none)
  *   PROFMALLOC_UNWIND        stack unwinder: dwarf (.eh_frame tables, works
  *                            without frame pointers) or fp (frame pointers:
  *                            faster, needs -fno-omit-frame-pointer

@@ -38,8 +38,9 @@ static const struct option {
      "profiling off, `1` records every allocation", NULL, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
      "write a heap profile to this path at exit (`exit()` or a return from `main`; a Go "
-     "program calls `profmalloc_dump()`); `%p` is the process id, `%%` a %, any other % "
-     "makes the value malformed", NULL, NULL, 0},
+     "program calls `profmalloc_dump()`); `%p` is the process id, `%e` the program's name "
+     "(the last part of the path it was started by: a script's own name), `%%` a %, any "
+     "other % makes the value malformed", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
      "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
      "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},
@@ -92,7 +93,7 @@ static int parse(const struct option *o, const char *v)
         *(uint64_t *)o->target = n;
         return 0;
     }
-    case PATTERN: { /* a path; % only in %p and %% */
+    case PATTERN: { /* a path; % only in %p, %e and %% */
         /* copied: programs that set their process title (nginx, postgres,
          * setproctitle) overwrite the environment strings, and the exit
          * dump reads the pattern long after (one PATTERN option) */
@@ -100,7 +101,7 @@ static int parse(const struct option *o, const char *v)
         size_t n = 0;
         if (!*v) return -1;
         for (const char *s = v; *s; s++)
-            if (*s == '%' && (s[1] == 'p' || s[1] == '%')) s++;
+            if (*s == '%' && (s[1] == 'p' || s[1] == 'e' || s[1] == '%')) s++;
             else if (*s == '%') return -1;
         while (v[n] && n < sizeof copy - 1) n++;
         if (v[n]) return -1; /* longer than any path */

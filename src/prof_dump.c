@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,7 +315,26 @@ PM_EXPORT int profmalloc_dump(const char *path)
     return rc;
 }
 
-/* Expands %p (pid) and %% in PROFMALLOC_DUMP. */
+/* The program's name for %e: the last component of the path it was
+ * executed by (AT_EXECFN, the kernel's copy of execve's path: a script's
+ * own name rather than its interpreter's, a symlink's rather than its
+ * target's, as core_pattern's %e; and not argv[0], which setproctitle
+ * overwrites), else of /proc/self/exe, else "unknown".  `buf` holds the
+ * link read.  test_prof's test_dump_at_exit_program_name. */
+static const char *program_name(char *buf, size_t cap)
+{
+    const char *fn = (const char *)getauxval(AT_EXECFN);
+    if (!fn || !*fn) {
+        ssize_t n = pm_os_readlink("/proc/self/exe", buf, cap - 1);
+        if (n <= 0) return "unknown";
+        buf[n] = 0;
+        fn = buf;
+    }
+    fn += dir_len(fn);
+    return *fn ? fn : "unknown";
+}
+
+/* Expands %p (pid), %e (the program's name) and %% in PROFMALLOC_DUMP. */
 void pm_dump_at_exit(void)
 {
     const char *pattern = pm_options.dump_pattern;
@@ -331,6 +351,9 @@ void pm_dump_at_exit(void)
     for (const char *s = pattern; *s; s++) {
         if (s[0] == '%' && s[1] == 'p') {
             pm_buf_u64(&b, (uint64_t)pm_os_getpid());
+            s++;
+        } else if (s[0] == '%' && s[1] == 'e') {
+            pm_buf_str(&b, program_name(msg, MSG_CAP));
             s++;
         } else if (s[0] == '%' && s[1] == '%') {
             pm_buf_str(&b, "%");

@@ -1223,6 +1223,33 @@ static void test_dump_at_exit_with_pid(void **state)
     dump_at_exit("", NULL, "--print-pid-and-exit", "exit_site");
 }
 
+/* %e in PROFMALLOC_DUMP is the name the program was started by: here a
+ * symlink to retitle, which also blanks its argv (so neither
+ * /proc/self/exe nor argv[0] would give it). */
+static void test_dump_at_exit_program_name(void **state)
+{
+    (void)state;
+    char link[PATH_MAX + 32], env[PATH_MAX + 128];
+    snprintf(link, sizeof link, "%s/renamed-prog", g_dir);
+    unlink(link);
+    assert_int_equal(symlink(path_in_dir("retitle"), link), 0);
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/%%e.%%p.pb.gz'", g_dir);
+    int status;
+    char *out = run_program(env, link, "", &status);
+    assert_int_equal(status, 0);
+    char name[64];
+    snprintf(name, sizeof name, "renamed-prog.%d.pb.gz", atoi(out));
+    tprof_t p;
+    load_profile(&p, path_in_dir(name), NULL);
+    uint64_t v[4];
+    site_totals(&p, "retitle_site", v);
+    assert_true(v[INUSE_BYTES] >= 8u << 20);
+    free_profile(&p);
+    unlink(path_in_dir(name));
+    unlink(link);
+    free(out);
+}
+
 /* The exit dump says nothing when it wrote its file, unless
  * PROFMALLOC_VERBOSE=1, which says where; when it could not, it says so
  * with the path and the reason in words. */
@@ -1411,6 +1438,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_dump_at_exit_after_retitle),
         cmocka_unit_test(test_exit_dump_messages),
+        cmocka_unit_test(test_dump_at_exit_program_name),
         cmocka_unit_test(test_frame_pointer_unwind),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),
