@@ -19,6 +19,10 @@
  *                            it was started by: a script's own name), %% a %,
  *                            any other % makes the value malformed (default
  *                            none)
+ *   PROFMALLOC_DUMP_EMPTY    1: the exit dump is written even by a process
+ *                            that sampled no allocation (by default such a
+ *                            process, a shell in a wrapper script, writes
+ *                            nothing) (default 0)
  *   PROFMALLOC_UNWIND        stack unwinder: dwarf (.eh_frame tables, works
  *                            without frame pointers) or fp (frame pointers:
  *                            faster, needs -fno-omit-frame-pointer

@@ -12,6 +12,7 @@
 pm_options_t pm_options = {
     .sample_rate = PM_SAMPLE_RATE_DEFAULT,
     .dump_pattern = NULL,
+    .dump_empty = 0,
     .unwind_fp = 0,
     .tcache_bytes = 32u << 20,
     .release_bytes = 64u << 20,
@@ -41,6 +42,9 @@ static const struct option {
      "program calls `profmalloc_dump()`); `%p` is the process id, `%e` the program's name "
      "(the last part of the path it was started by: a script's own name), `%%` a %, any "
      "other % makes the value malformed", NULL, NULL, 0},
+    {"PROFMALLOC_DUMP_EMPTY", BOOL, &pm_options.dump_empty,
+     "`1`: the exit dump is written even by a process that sampled no allocation (by "
+     "default such a process, a shell in a wrapper script, writes nothing)", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
      "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
      "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},

@@ -364,8 +364,10 @@ void pm_dump_at_exit(void)
         }
     }
     path[b.len] = 0;
-    int err = ENAMETOOLONG;
-    if (!b.truncated) err = profmalloc_dump(path) == 0 ? 0 : errno;
+    /* a process that sampled nothing (a shell in a wrapper script) leaves
+     * no file unless asked: test_prof's test_exit_dump_when_empty */
+    int empty = !pm_options.dump_empty && !pm_sites_sampled_any();
+    int err = empty ? 0 : b.truncated ? ENAMETOOLONG : profmalloc_dump(path) == 0 ? 0 : errno;
     /* silent when written, unless asked; else which file and why, in
      * strerror's words from a table (strerror may allocate;
      * test_prof's test_exit_dump_messages) */
@@ -375,11 +377,13 @@ void pm_dump_at_exit(void)
     }
     pm_buf_t m;
     pm_buf_init(&m, msg, MSG_CAP - 1, -1);
-    pm_buf_str(&m, err ? "PROFMALLOC_DUMP: could not write the heap profile to "
-                       : "PROFMALLOC_DUMP: wrote the heap profile to ");
+    pm_buf_str(&m, err     ? "PROFMALLOC_DUMP: could not write the heap profile to "
+                   : empty ? "PROFMALLOC_DUMP: nothing sampled, no heap profile written to "
+                           : "PROFMALLOC_DUMP: wrote the heap profile to ");
     pm_buf_str(&m, path);
     const char *text = pm_fmt_errno_text(err);
-    if (err && text) pm_buf_str(&m, ": "), pm_buf_str(&m, text);
+    if (empty) pm_buf_str(&m, " (PROFMALLOC_DUMP_EMPTY=1 writes one)");
+    else if (err && text) pm_buf_str(&m, ": "), pm_buf_str(&m, text);
     else if (err) pm_buf_str(&m, ": errno "), pm_buf_u64(&m, (uint64_t)err);
     msg[m.len] = 0;
     pm_os_message(msg);

@@ -1223,6 +1223,42 @@ static void test_dump_at_exit_with_pid(void **state)
     dump_at_exit("", NULL, "--print-pid-and-exit", "exit_site");
 }
 
+/* A process that sampled nothing (profiling off here) writes no exit
+ * dump, says so only when verbose, and writes an empty profile when
+ * PROFMALLOC_DUMP_EMPTY=1 asks for one. */
+static void test_exit_dump_when_empty(void **state)
+{
+    (void)state;
+    const char *path = path_in_dir("prof-empty.pb.gz");
+    char env[PATH_MAX + 160], want[PATH_MAX + 160];
+    int status;
+    unlink(path);
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_DUMP='%s'", path);
+    char *out = run_self(env, "--print-rate", &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(out, "rate=0\n");
+    assert_int_equal(access(path, F_OK), -1);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_VERBOSE=1 PROFMALLOC_DUMP='%s'", path);
+    out = run_self(env, "--print-rate", &status);
+    snprintf(want, sizeof want, "PROFMALLOC_DUMP: nothing sampled, no heap profile written to %s (", path);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(access(path, F_OK), -1);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_DUMP_EMPTY=1 PROFMALLOC_DUMP='%s'", path);
+    out = run_self(env, "--print-rate", &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(out, "rate=0\n");
+    tprof_t p;
+    load_profile(&p, path, NULL);
+    assert_int_equal(p.ns, 0);
+    free_profile(&p);
+    unlink(path);
+    free(out);
+}
+
 /* %e in PROFMALLOC_DUMP is the name the program was started by: here a
  * symlink to retitle, which also blanks its argv (so neither
  * /proc/self/exe nor argv[0] would give it). */
@@ -1439,6 +1475,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_at_exit_after_retitle),
         cmocka_unit_test(test_exit_dump_messages),
         cmocka_unit_test(test_dump_at_exit_program_name),
+        cmocka_unit_test(test_exit_dump_when_empty),
         cmocka_unit_test(test_frame_pointer_unwind),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),
