@@ -24,7 +24,9 @@ def run(args, env=None, check=None, timeout=60, input=None):
     e.pop('NO_COLOR', None)
     if env:
         e.update(env)
-    r = subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout, input=input)
+    # errors='replace': a corrupt profile's names reach the output as they are
+    r = subprocess.run(args, env=e, capture_output=True, text=True, errors='replace', timeout=timeout,
+                       input=input)
     if check is not None and r.returncode != check:
         raise AssertionError('%s: exit %d (want %d)\nstdout: %s\nstderr: %s' %
                              (' '.join(args), r.returncode, check, r.stdout[-2000:], r.stderr[-2000:]))
