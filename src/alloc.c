@@ -45,7 +45,7 @@ static int sample_tick(pm_tcache_t *t, size_t size)
     t->countdown -= (int64_t)size;
     if (PM_LIKELY(t->countdown >= 0)) return 0;
     t->countdown = pm_sampler_next(&t->rng, rate);
-    pm_pageheap_tick(); /* every PM_TICK_BYTES at rate 0 */
+    if (pm_pageheap_tick()) pm_central_tick(); /* every PM_TICK_BYTES at rate 0 */
     /* also after the thread's cache was flushed at its exit: C++ and
      * libraries free and allocate from their own key destructors, which
      * may run after ours */

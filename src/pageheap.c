@@ -11,9 +11,9 @@
  * sampling countdown calls, after the clock is read and before the lock
  * is taken): a resident free span that has not been reused for
  * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
- * use when that is more and the option is unset), the largest free spans
- * are returned until half the cap is left (32 MiB a tick at most).  Reuse
+ * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or the pages in use
+ * when that is more and the option is unset), the largest free spans
+ * are returned until 7/8 of the cap is left (32 MiB a tick at most).  Reuse
  * within a second so costs no page faults, and an idle heap shrinks.  malloc_trim(0) returns
  * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
  * and so is one already released that stays unused for PM_DECAY_NS, or at
@@ -78,6 +78,7 @@ static struct {
                                   * may split past max_extents */
     _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
+    _Atomic uint32_t clock_ops;  /* span operations, for clock_coarse */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 /* The page heap's clock: read before the lock (vDSO), noted under it, so
@@ -86,6 +87,19 @@ static inline uint64_t clock_now(void) { return pm_os_monotonic_ns() + pm_relaxe
 static inline void clock_locked(uint64_t now)
 {
     if (now > ph.now) ph.now = now;
+}
+
+/* The clock as the span operations read it: every CLOCK_EVERY-th of them
+ * (and every tick, growth and give-back) reads it, the others use the
+ * time last noted (0: nothing to note).  A clock read on every malloc and
+ * free of a medium block was 4 % of its time; ages and decay need
+ * milliseconds, not nanoseconds (test_pageheap_tick_releases and
+ * test_pageheap_cut_keeps_age see the time tests skip at once). */
+#define CLOCK_EVERY 64
+static inline uint64_t clock_coarse(void)
+{
+    if ((pm_relaxed_add(&ph.clock_ops, 1) & (CLOCK_EVERY - 1)) == 0) return clock_now();
+    return 0;
 }
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -492,7 +506,13 @@ static int grow(size_t n, size_t align, pm_span_t **take)
  * least PROFMALLOC_RELEASE_BYTES / 32 (2 MiB).  Half (as before) kept
  * CPython threads at 1.22x glibc's peak RSS (bench/pythreads; a quarter:
  * 1.09x) for the sake of bench/large, which runs 5x faster than glibc with
- * a quarter (7x with half, barely faster with an eighth). */
+ * a quarter (7x with half, barely faster with an eighth).
+ * Only spans free for GROWTH_AGE_NS go: in a steady state of big blocks
+ * replaced at random, the span freed a moment ago is the one the next
+ * block will be cut from, and releasing it made the heap return and
+ * fault in again the same pages on every step (bench/bigtouch,
+ * test_pageheap_growth_keeps_young). */
+#define GROWTH_AGE_NS (PM_DECAY_NS / 8)
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
     size_t k = 0, released = 0;
@@ -500,7 +520,8 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
     uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
     if (floor < in_use / 4) floor = in_use / 4;
     if (ph.now < ph.retry_ns) return 0;
-    while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
+    while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor &&
+           ph.oldest->free_ns + GROWTH_AGE_NS <= ph.now) {
         released += ph.oldest->npages;
         pick(ph.oldest, out, &k, 0);
     }
@@ -611,7 +632,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
-        uint64_t now = clock_now();
+        uint64_t now = clock_coarse();
         pm_lock(&ph.lock);
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
@@ -649,7 +670,7 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
-        uint64_t now = clock_now();
+        uint64_t now = clock_coarse();
         pm_lock(&ph.lock);
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
@@ -712,7 +733,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return 0;
     size_t need = n - s->npages;
     int ok = 0;
-    uint64_t now = clock_now();
+    uint64_t now = clock_coarse();
     pm_lock(&ph.lock);
     clock_locked(now);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
@@ -1100,21 +1121,22 @@ static void release_both(pm_span_t **picked, size_t k, pm_span_t **stale, size_t
 static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale, uint64_t budget)
 {
     uint64_t in_use = in_use_locked();
-    /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
-     * 64 MiB under a heap of 1 GB of big blocks replaced at random sent
-     * nearly every freed block back to the OS, and the next one faulted
-     * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
-     * faults against 0.5 M; 1.46 s now (doc/design.md).
+    /* Rule 3's cap grows with the heap: as many free pages as are in use,
+     * and going over it returns the longest spans down to 7/8 of it.  A
+     * fixed 64 MiB under a heap of 1 GB of big blocks replaced at random
+     * sent nearly every freed block back to the OS, and the next one
+     * faulted all its pages in again (doc/design.md); half the pages in
+     * use, going down to half the cap, still did for buffers of 2-16 MiB
+     * (bench/bigrepeat: 170 k page faults against tcmalloc's 27 k).
      * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
-     * under a cgroup memory limit asked for that bound).  Keeping free
-     * pages up to the recent peak once the program was seen to make again
-     * what it frees was tried and taken out (doc/design.md). */
+     * under a cgroup memory limit asked for that bound).
+     * test_pageheap_release_cap_grows_with_heap. */
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
+    if (!pm_options.release_bytes_set && limit < in_use) limit = in_use;
     int over = ph.free_pages[KIND_FREE] > limit;
     *k = 0;
     if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        *k = pick_release_locked(picked, over ? limit / 2 : limit, 0, budget);
+        *k = pick_release_locked(picked, over ? limit - limit / 8 : limit, 0, budget);
     /* released runs long unused (a block realloc moved away from): looked
      * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
     *nstale = 0;
@@ -1139,7 +1161,7 @@ static void free_span(pm_span_t *s, int released)
 {
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
-    uint64_t now = clock_now(); /* vDSO: read before the lock */
+    uint64_t now = clock_coarse(); /* vDSO: read before the lock */
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
@@ -1172,10 +1194,10 @@ static void free_span(pm_span_t *s, int released)
  * times a second: without it they ran only when the page heap freed a
  * span, and a program that freed its big blocks and went on with small
  * ones kept the freed pages resident for good. */
-void pm_pageheap_tick(void)
+int pm_pageheap_tick(void)
 {
     uint64_t now = clock_now();
-    if (now < pm_relaxed_load(&ph.tick_ns)) return;
+    if (now < pm_relaxed_load(&ph.tick_ns)) return 0;
     pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
@@ -1187,9 +1209,17 @@ void pm_pageheap_tick(void)
     rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
+    return 1;
 }
 
-void pm_pageheap_skip_time(uint64_t ns) { pm_relaxed_add(&ph.skew_ns, ns); }
+void pm_pageheap_skip_time(uint64_t ns)
+{
+    pm_relaxed_add(&ph.skew_ns, ns);
+    uint64_t now = clock_now();
+    pm_lock(&ph.lock);
+    clock_locked(now); /* the next operation sees the time passed */
+    pm_unlock(&ph.lock);
+}
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 

@@ -150,7 +150,7 @@ void pm_pageheap_set_max_extents(int64_t n);
 int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
-void pm_pageheap_tick(void);             /* the release rules, at most 8 times a second */
+int pm_pageheap_tick(void);              /* the release rules, at most 8 times a second; 1: ran */
 void pm_pageheap_skip_time(uint64_t ns); /* tests: the page heap's clock jumps ahead */
 int pm_pageheap_verify(void);            /* tests: 0 when the lists agree */
 typedef struct pm_pageheap_stats {
@@ -170,6 +170,7 @@ pm_central_t *pm_central_find(unsigned cls); /* NULL while the class is unused *
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
+void pm_central_tick(void);                /* kept empty spans of idle classes go back */
 uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);

@@ -937,6 +937,7 @@ static void test_big_alignment_mappings_merge(void **state)
     (void)state;
     enum { N = 2000 };
     static void *v[N];
+    malloc_trim(0); /* else runs earlier tests freed may be unmapped meanwhile */
     int before = map_count();
     for (int i = 0; i < N; i++) {
         v[i] = aligned_alloc(4 * MiB, 16 * KiB);
@@ -958,6 +959,7 @@ static void test_big_alignment_mappings_merge(void **state)
 static void retry_child(void *arg)
 {
     (void)arg;
+    malloc_trim(0); /* else a free run the parent left holds the 300 MiB */
     limit_vm(256 * MiB);
     errno = 0;
     if (malloc(300 * MiB) != NULL || errno != ENOMEM) _exit(1);
