@@ -38,7 +38,7 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # The ladder, bottom up: os → meta/pagemap → pageheap → central → tcache →
 # alloc; the profiler beside it; override.c (the libc names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
-	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/sampler.c \
+	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/sampler.c \
 	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/alloc.c src/init.c
 OVERRIDE_SRCS := src/override.c
 

@@ -1,31 +1,23 @@
 /* pageheap.c — spans of 8 KiB pages: best-fit allocation from free lists
  * by length, splitting, coalescing on free, growth from the OS, and the
- * policy that returns free memory to the OS.
+ * mechanism that returns free pages to the OS.  Which pages go back, and
+ * when, is pagerelease.c's to decide: under the lock this file describes
+ * its state (view_locked), asks pm_release_choose_locked for a plan,
+ * picks the spans the plan names (state RELEASING, off every list), and
+ * madvises or unmaps them after dropping the lock, then re-inserts them as
+ * RETURNED (or forgets them, unmapped).
  * Lock: ph.lock guards every list, counter and free span.  Must never make
- * a syscall under it: growth maps memory before taking it, and release
- * picks spans under it (state RELEASING, off every list), madvises them
- * after dropping it, then re-inserts them as RETURNED.
+ * a syscall under it: growth maps memory before taking it.
  * Span structs come from meta.c through a spare pool topped up outside the
  * lock, so no operation allocates metadata while holding it.
- * Release policy (decided on free and on pm_pageheap_tick, which malloc's
- * sampling countdown calls, after the clock is read and before the lock
- * is taken): a resident free span that has not been reused for
- * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or the pages in use
- * when that is more and the option is unset), the largest free spans
- * are returned until 7/8 of the cap is left (32 MiB a tick at most).  Reuse
- * within a second so costs no page faults, and an idle heap shrinks.  malloc_trim(0) returns
- * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
- * and so is one already released that stays unused for PM_DECAY_NS, or at
- * once while released pages outnumber those in use; so is a run of any
- * length with no neighbour in the heap (an island between holes).
- * Fresh memory from the OS counts as RETURNED (not yet resident), so it
- * is used last.
+ * A returned run of 1 MiB or more is unmapped (UNMAP_PAGES), and so is a
+ * run of any length with no neighbour in the heap (an island between
+ * holes).  Fresh memory from the OS counts as RETURNED (not yet resident),
+ * so it is used last.
  * A span whose release the kernel refused (mlock/mlockall, or a kernel
  * page larger than the span's alignment) keeps its contents, so it goes
  * back as FREE, never RETURNED: RETURNED means "reads as zero", and calloc
- * skips zeroing on it.  The policy then tries no madvise for PM_DECAY_NS,
- * so a locked heap costs one failed madvise a second, not one per free. */
+ * skips zeroing on it.  The policy is told (pm_release_refused_locked). */
 #include "pm_internal.h"
 
 #include <string.h>
@@ -34,8 +26,6 @@
 #define GROW_PAGES 256       /* map at least 2 MiB at a time */
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
-#define PM_DECAY_NS 1000000000ull
-#define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 /* A free run at least this long goes back to the OS with munmap instead of
  * madvise, so its address space and its commit charge go too (as glibc
  * unmaps its mmapped chunks): under vm.overcommit_memory=2 or RLIMIT_AS,
@@ -65,9 +55,6 @@ static struct {
     _Atomic unsigned nspare;
     pm_span_t *newest, *oldest;  /* FREE spans by the time they became free */
     uint64_t now;                /* the clock as read by the current operation */
-    uint64_t retry_ns;           /* the policy releases nothing before this */
-    uint64_t unmap_scan_ns;      /* next look for released runs to unmap */
-    uint64_t excess_scan_ns;     /* next look when released pages outnumber those in use */
     uint64_t give_back_ns;       /* no give-back for a failed growth before this, */
     uint64_t give_back_fail_pages; /* of this many pages or more */
     int64_t extents;             /* stretches of address space the heap holds, each
@@ -76,7 +63,6 @@ static struct {
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
-    _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
     _Atomic uint32_t clock_ops;  /* span operations, for clock_coarse */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
@@ -200,6 +186,15 @@ static uint64_t in_use_locked(void)
            ph.releasing_pages - ph.meta_pages;
 }
 
+/* The heap's state as the policy sees it (pagerelease.c). */
+static pm_heap_view_t view_locked(size_t grow_pages)
+{
+    return (pm_heap_view_t){.now = ph.now, .in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE],
+                            .released = ph.free_pages[KIND_RETURNED],
+                            .oldest_free_ns = ph.oldest ? ph.oldest->free_ns : UINT64_MAX,
+                            .grow_pages = grow_pages};
+}
+
 /* ---- span structs ----------------------------------------------------- */
 
 static pm_span_t *best_fit_locked(size_t n);
@@ -317,7 +312,9 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
-static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb);
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb);
+static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out);
+static pm_heap_view_t view_locked(size_t grow_pages);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
@@ -471,7 +468,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
         return -1;
     }
     /* the new run's age: the clock as of now, not of the last free (an
-     * unused rest older than PM_DECAY_NS is unmapped) */
+     * unused rest older than the decay (pagerelease.c) is unmapped) */
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     clock_locked(now);
@@ -500,32 +497,13 @@ static int grow(size_t n, size_t align, pm_span_t **take)
 }
 
 /* The heap is about to fault in n fresh pages because no resident free
- * span fits: return as many resident free pages (the oldest first), so
- * fragmentation does not grow the resident set.  A floor of free pages is
- * kept for reuse without page faults: a quarter of the pages in use, at
- * least PROFMALLOC_RELEASE_BYTES / 32 (2 MiB).  Half (as before) kept
- * CPython threads at 1.22x glibc's peak RSS (bench/pythreads; a quarter:
- * 1.09x) for the sake of bench/large, which runs 5x faster than glibc with
- * a quarter (7x with half, barely faster with an eighth).
- * Only spans free for GROWTH_AGE_NS go: in a steady state of big blocks
- * replaced at random, the span freed a moment ago is the one the next
- * block will be cut from, and releasing it made the heap return and
- * fault in again the same pages on every step (bench/bigtouch,
- * test_pageheap_growth_keeps_young). */
-#define GROWTH_AGE_NS (PM_DECAY_NS / 8)
+ * span fits: what the policy's growth rule gives back (pagerelease.c). */
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
-    size_t k = 0, released = 0;
-    uint64_t in_use = in_use_locked();
-    uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
-    if (floor < in_use / 4) floor = in_use / 4;
-    if (ph.now < ph.retry_ns) return 0;
-    while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor &&
-           ph.oldest->free_ns + GROWTH_AGE_NS <= ph.now) {
-        released += ph.oldest->npages;
-        pick(ph.oldest, out, &k, 0);
-    }
-    return k;
+    pm_release_plan_t plan;
+    pm_heap_view_t v = view_locked(n);
+    pm_release_choose_locked(&v, PM_RELEASE_GROWTH, &plan);
+    return pick_plan_locked(&plan, 0, out);
 }
 
 /* Out of address space (RLIMIT_AS, vm.max_map_count) or commit charge
@@ -537,7 +515,7 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
  * malloc(1 << 45) caught as an error) lost its warm free memory on every
  * try, 300 times the page faults.  Under RLIMIT_AS that is known (the room
  * left plus the long runs is less than n); otherwise at most one give-back
- * per PM_DECAY_NS after one that did not help (see below).
+ * per second after one that did not help (see below).
  * 1: some address space went, so growing may now succeed. */
 static int can_unmap(uintptr_t page, size_t npages);
 
@@ -602,7 +580,7 @@ static int give_back_address_space(size_t n, size_t need)
     }
     uint64_t before = ph.mapped_pages;
     for (;;) {
-        size_t k = pick_long_locked(KIND_FREE, picked, 1, 1);
+        size_t k = pick_long_locked(KIND_FREE, picked, UINT64_MAX, 1);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
         pm_lock(&ph.lock);
@@ -622,7 +600,7 @@ static void give_back_failed(size_t n)
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     if (now >= ph.give_back_ns || n < ph.give_back_fail_pages) ph.give_back_fail_pages = n;
-    ph.give_back_ns = now + PM_DECAY_NS;
+    ph.give_back_ns = now + pm_release_decay_ns();
     pm_unlock(&ph.lock);
 }
 
@@ -1057,25 +1035,29 @@ static uint64_t pick_most(pm_span_t *s, pm_span_t **out, size_t *k, int absorb, 
     return most;
 }
 
-/* Chooses spans to return: those free for longer than the decay time,
- * then the longest ones while more than keep_pages stay resident, at most
- * `budget` pages (0: no bound).  Without `force`, within PM_DECAY_NS of a
- * refused release only runs long enough to be unmapped (munmap works
- * where madvise is refused: mlock). */
-static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force, uint64_t budget)
+/* Picks the spans a plan names: FREE spans free since plan->aged_before,
+ * oldest first (up to aged_pages, while more than aged_floor pages stay),
+ * then the longest FREE spans while more than keep_pages stay; at most
+ * plan->budget pages in all, cutting the last span to fit.  long_only:
+ * only runs long enough to be unmapped.  absorb: see pick. */
+static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out)
 {
     size_t k = 0;
-    uint64_t left = budget ? budget : UINT64_MAX;
-    int gated = !force && ph.now < ph.retry_ns;
-    while (!gated && k < RELEASE_BATCH && left && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
-        left -= pick_most(ph.oldest, out, &k, force, left);
+    uint64_t left = plan->budget ? plan->budget : UINT64_MAX;
+    uint64_t aged = plan->aged_pages ? plan->aged_pages : UINT64_MAX;
+    while (!plan->long_only && k < RELEASE_BATCH && left && aged && ph.oldest &&
+           ph.oldest->free_ns <= plan->aged_before && ph.free_pages[KIND_FREE] > plan->aged_floor) {
+        uint64_t got = pick_most(ph.oldest, out, &k, absorb, left);
+        left -= got;
+        aged -= got < aged ? got : aged;
+    }
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH && left; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
-        if (gated && idx && idx < UNMAP_PAGES) break;
+        if (plan->long_only && idx && idx < UNMAP_PAGES) break;
         while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH && left &&
-               ph.free_pages[KIND_FREE] > keep_pages)
-            left -= pick_most(ph.lists[KIND_FREE][idx], out, &k, force, left);
+               ph.free_pages[KIND_FREE] > plan->keep_pages)
+            left -= pick_most(ph.lists[KIND_FREE][idx], out, &k, absorb, left);
     }
     return k;
 }
@@ -1104,7 +1086,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
         picked[i]->unmapping = 0;
         coalesce_insert_locked(picked[i]); /* names it at its ends again */
     }
-    if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
+    if (nrefused) pm_release_refused_locked(ph.now);
     pm_unlock(&ph.lock);
     return stayed;
 }
@@ -1115,46 +1097,17 @@ static void release_both(pm_span_t **picked, size_t k, pm_span_t **stale, size_t
     if (nstale) release_picked(stale, nstale);
 }
 
-/* Rules 1 and 3, and the look for long-unused released runs, under the
- * lock with the clock noted: picks what goes back to the OS into picked
- * (*k) and stale (*nstale), for release_both once the lock is dropped. */
-static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale, uint64_t budget)
+/* The policy's rules for a free or a tick (`event`), under the lock with
+ * the clock noted: picks what goes back to the OS into picked (*k) and
+ * stale (*nstale), for release_both once the lock is dropped. */
+static void rules_locked(int event, pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale)
 {
-    uint64_t in_use = in_use_locked();
-    /* Rule 3's cap grows with the heap: as many free pages as are in use,
-     * and going over it returns the longest spans down to 7/8 of it.  A
-     * fixed 64 MiB under a heap of 1 GB of big blocks replaced at random
-     * sent nearly every freed block back to the OS, and the next one
-     * faulted all its pages in again (doc/design.md); half the pages in
-     * use, going down to half the cap, still did for buffers of 2-16 MiB
-     * (bench/bigrepeat: 170 k page faults against tcmalloc's 27 k).
-     * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
-     * under a cgroup memory limit asked for that bound).
-     * test_pageheap_release_cap_grows_with_heap. */
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set && limit < in_use) limit = in_use;
-    int over = ph.free_pages[KIND_FREE] > limit;
-    *k = 0;
-    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        *k = pick_release_locked(picked, over ? limit - limit / 8 : limit, 0, budget);
-    /* released runs long unused (a block realloc moved away from): looked
-     * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
-    *nstale = 0;
-    int excess = ph.free_pages[KIND_RETURNED] > (in_use > limit ? in_use : limit);
-    if (ph.now >= ph.unmap_scan_ns || (excess && ph.now >= ph.excess_scan_ns)) {
-        /* Released runs outnumbering the pages in use go at once, however
-         * young: a review's program replacing blocks of random size and
-         * alignment (up to 6 MiB) 250 000 times a second kept 4 GB of
-         * address space and 3 500 mappings for 480 MB in use, none of
-         * it a second old (glibc: 750 MB) */
-        *nstale = pick_long_locked(KIND_RETURNED, stale, excess, 0);
-        /* a full batch: the next free looks again (one batch a second fell
-         * behind: 400 long runs, 420 MB, waited in the same loop) */
-        if (*nstale < RELEASE_BATCH) {
-            ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
-            ph.excess_scan_ns = ph.now + PM_DECAY_NS / 16;
-        }
-    }
+    pm_release_plan_t plan;
+    pm_heap_view_t v = view_locked(0);
+    pm_release_choose_locked(&v, event, &plan);
+    *k = plan.aged_before || plan.keep_pages != UINT64_MAX ? pick_plan_locked(&plan, 0, picked) : 0;
+    *nstale = plan.stale ? pick_long_locked(KIND_RETURNED, stale, plan.stale_before, 0) : 0;
+    if (*nstale == RELEASE_BATCH) pm_release_stale_full_locked();
 }
 
 static void free_span(pm_span_t *s, int released)
@@ -1177,36 +1130,31 @@ static void free_span(pm_span_t *s, int released)
     clock_locked(now);
     if (releasing) {
         releasing_unlink_locked(s);
-        if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
+        if (fate == OS_KEPT) pm_release_refused_locked(ph.now);
     } else {
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     }
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);
-    rules_locked(picked, &k, stale, &nstale, 0);
+    rules_locked(PM_RELEASE_FREE, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
 }
 
-/* The rules also run as the program allocates (each thread's sampling
- * countdown calls this: every PM_TICK_BYTES at rate 0), at most eight
- * times a second: without it they ran only when the page heap freed a
- * span, and a program that freed its big blocks and went on with small
- * ones kept the freed pages resident for good. */
+/* The rules as the program allocates (each thread's sampling countdown
+ * calls this: every PM_TICK_BYTES at rate 0), when the policy says a tick
+ * is due (pm_release_tick_due). */
 int pm_pageheap_tick(void)
 {
     uint64_t now = clock_now();
-    if (now < pm_relaxed_load(&ph.tick_ns)) return 0;
-    pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
+    if (!pm_release_tick_due(now)) return 0;
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
     (void)reserve_spares(); /* for a long run cut to the tick's bound */
     pm_lock(&ph.lock);
     clock_locked(now);
-    /* at most 32 MiB a tick: one tick returned a 2 GB run at once, and a
-     * malloc(64) in another thread took 270 ms (a review) */
-    rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);
+    rules_locked(PM_RELEASE_TICK, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
     return 1;
@@ -1225,9 +1173,9 @@ void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
-/* Picks runs of a kind that can be unmapped (long ones first): all of
- * them, or those unused for PM_DECAY_NS (absorb: see pick). */
-static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb)
+/* Picks runs of a kind that can be unmapped (long ones first) that became
+ * free at `before` or earlier (UINT64_MAX: all of them; absorb: see pick). */
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb)
 {
     size_t k = 0;
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
@@ -1235,7 +1183,7 @@ static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb)
         pm_span_t *s = ph.lists[kind][idx];
         while (s && k < RELEASE_BATCH) {
             pm_span_t *next = s->next; /* (absorbing takes only the other kind) */
-            if ((all || s->free_ns + PM_DECAY_NS <= ph.now) && can_unmap(s->page, s->npages))
+            if (s->free_ns <= before && can_unmap(s->page, s->npages))
                 pick(s, out, &k, absorb);
             s = next;
         }
@@ -1251,7 +1199,7 @@ static void unmap_released(void)
     pm_span_t *picked[RELEASE_BATCH];
     for (;;) {
         pm_lock(&ph.lock);
-        size_t k = pick_long_locked(KIND_RETURNED, picked, 1, 0);
+        size_t k = pick_long_locked(KIND_RETURNED, picked, UINT64_MAX, 0);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) return;
     }
@@ -1269,7 +1217,8 @@ void pm_pageheap_release_all(void)
     while (left) {
         pm_lock(&ph.lock);
         uint64_t had = ph.free_pages[KIND_FREE];
-        size_t k = pick_release_locked(picked, 0, 1, 0);
+        pm_release_plan_t all = {.keep_pages = 0}; /* every FREE span, longest first */
+        size_t k = pick_plan_locked(&all, 1, picked);
         uint64_t took = had - ph.free_pages[KIND_FREE]; /* not the released neighbours taken along */
         pm_unlock(&ph.lock);
         if (!k) break;

@@ -153,6 +153,31 @@ void pm_pageheap_release_all(void);
 int pm_pageheap_tick(void);              /* the release rules, at most 8 times a second; 1: ran */
 void pm_pageheap_skip_time(uint64_t ns); /* tests: the page heap's clock jumps ahead */
 int pm_pageheap_verify(void);            /* tests: 0 when the lists agree */
+
+/* ---- pagerelease.c: which free pages go back to the OS, and when ------ */
+typedef struct pm_heap_view { /* the page heap's state, in pages, under its lock */
+    uint64_t now;             /* its clock */
+    uint64_t in_use, free, released;
+    uint64_t oldest_free_ns;  /* when the oldest resident free span became free (UINT64_MAX: none) */
+    uint64_t grow_pages;      /* PM_RELEASE_GROWTH: the fresh pages about to be faulted in */
+} pm_heap_view_t;
+typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_plan_locked) */
+    uint64_t aged_before;     /* resident free spans free since this or earlier, oldest first */
+    uint64_t aged_pages;      /* ... this many pages at most (0: no bound) */
+    uint64_t aged_floor;      /* ... while more resident free pages than this stay */
+    uint64_t keep_pages;      /* then the longest, while more than this stay (UINT64_MAX: none) */
+    uint64_t budget;          /* pages at most in all (0: no bound) */
+    int long_only;            /* only runs long enough to be unmapped */
+    int stale;                /* released runs free since stale_before are unmapped */
+    uint64_t stale_before;
+} pm_release_plan_t;
+enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
+void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
+void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
+void pm_release_stale_full_locked(void);     /* a full batch of stale runs: look again soon */
+int pm_release_tick_due(uint64_t now);       /* 1 at most 8 times a second */
+uint64_t pm_release_decay_ns(void);
+
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;
     uint64_t meta; /* of mapped: pages turned into span structs */

@@ -1,5 +1,5 @@
 # test/unit/core.mk — unit tests of the allocator core (test/unit/test_core.c):
-# size classes, page map, page heap, central lists, thread caches, the
+# size classes, page map, central lists, thread caches, the
 # malloc family, stats, sampler, size parsing/options and invalid frees.
 # Included by the top Makefile, which provides BUILD, CC, PM_CFLAGS,
 # CMOCKA_LIBS and PM_TEST_A (the allocator without the libc overrides: the
