@@ -39,7 +39,7 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # alloc; the profiler beside it; override.c (the libc names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/sampler.c \
-	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/alloc.c src/init.c
+	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/alloc.c src/large.c src/init.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
