@@ -78,7 +78,8 @@ static void resample(pm_span_t *s, void *old, void *p, size_t size)
 {
     if (old && PM_UNLIKELY(pm_prof_maybe_sampled(s, old))) pm_free_sampled(s, old);
     pm_tcache_t *t = pm_alloc_thread_cache();
-    if (pm_alloc_sample_tick(t, size)) pm_alloc_sampled(t, p, size);
+    uint64_t weight = pm_alloc_sample_tick(t, size);
+    if (weight) pm_alloc_sampled(t, p, size, weight);
 }
 
 /* realloc cannot move large block s for want of address space: its pages
@@ -147,6 +148,9 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
         resample(s, NULL, q, size);
         return q;
     }
-    if (sampled) pm_alloc_sampled(pm_alloc_thread_cache(), p, s->requested);
+    if (sampled) {
+        pm_tcache_t *t = pm_alloc_thread_cache();
+        pm_alloc_sampled(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+    }
     return NULL;
 }

@@ -150,9 +150,7 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     }
     atomic_store(&t->budget, budget);
     t->capacity = 0;
-    t->sample_rate = pm_options.sample_rate;
-    t->rng = pm_sampler_seed();
-    t->countdown = pm_sampler_next(&t->rng, t->sample_rate);
+    pm_sampler_thread_start(&t->sampler);
     t->state = PM_THREAD_ACTIVE;
     pm_lock(&reg_lock);
     pm_treg_t *n = spare_nodes;

@@ -3,20 +3,7 @@
  * block with its pages, shrinking in place, and the byte and block counts
  * the stats show through all of them.  Linked with libprofmalloc-test.a
  * (no libc overrides); sampling is off (main). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-
-#include "pm_internal.h"
-
-#define PAGE PM_PAGE_SIZE
+#include "core_test.h"
 
 /* Growing a block reserves a quarter more than the old one (small and
  * large), while a jump past that gets the size asked for. */
@@ -149,8 +136,7 @@ static void test_large_accounting(void **state)
 
 int main(void)
 {
-    pm_init();
-    pm_sampler_set_rate(0);
+    core_test_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_realloc_headroom),
         cmocka_unit_test(test_alloc_realloc_large_in_place),

@@ -8,45 +8,7 @@
  * Tests share one allocator, so each works on page-heap states it sets up
  * itself (pm_pageheap_release_all() leaves no resident free span, which
  * makes "which span comes next" predictable).  Sampling is off (main). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include "child_stderr.h"
-
-#include <errno.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "pm_internal.h"
-
-#define PAGE PM_PAGE_SIZE
-
-static uint8_t *page_ptr(uintptr_t page) { return (uint8_t *)(page << PM_PAGE_SHIFT); }
-
-static pm_pageheap_stats_t ph_stats(void)
-{
-    pm_pageheap_stats_t st;
-    pm_pageheap_stats(&st);
-    return st;
-}
-
-__attribute__((unused)) static int all_zero(const void *p, size_t n)
-{
-    const uint64_t *w = p;
-    for (size_t i = 0; i < n / 8; i++)
-        if (w[i]) return 0;
-    return 1;
-}
+#include "core_test.h"
 
 /* ======================================================================
  * pageheap.c
@@ -1014,8 +976,7 @@ static void test_pageheap_unmap_races_growth(void **state)
 
 int main(void)
 {
-    pm_init();
-    pm_sampler_set_rate(0);
+    core_test_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pageheap_alloc_basic),
         cmocka_unit_test(test_pageheap_reuse),

@@ -2,45 +2,10 @@
  * through the page heap: the decay, the cap that grows with the heap and
  * its pace, the growth rule's floor and age, the tick and its bound, ages
  * kept across cuts, unmapping stale released runs, and malloc_trim's
- * release of everything.  Linked with libprofmalloc-test.a (no libc overrides);
+ * release of everything, the OS pages inside the central lists' free
+ * objects included (central.c pm_central_release_free).  Linked with libprofmalloc-test.a (no libc overrides);
  * sampling is off (main); the clock jumps with pm_pageheap_skip_time. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <errno.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "pm_internal.h"
-
-#define PAGE PM_PAGE_SIZE
-
-static uint8_t *page_ptr(uintptr_t page) { return (uint8_t *)(page << PM_PAGE_SHIFT); }
-
-static pm_pageheap_stats_t ph_stats(void)
-{
-    pm_pageheap_stats_t st;
-    pm_pageheap_stats(&st);
-    return st;
-}
-
-__attribute__((unused)) static int all_zero(const void *p, size_t n)
-{
-    const uint64_t *w = p;
-    for (size_t i = 0; i < n / 8; i++)
-        if (w[i]) return 0;
-    return 1;
-}
+#include "core_test.h"
 
 /* Fresh pages about to be faulted in send resident free pages back to
  * the OS, oldest first, but never below a quarter of the pages in use. */
@@ -356,10 +321,246 @@ static void test_pageheap_decay_unmaps(void **state)
     pm_pageheap_free(g3);
 }
 
+/* ---- malloc_trim's release of the central lists' free pages ------------ */
+
+static int page_resident(const void *p)
+{
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char v = 0;
+    assert_int_equal(mincore((void *)((uintptr_t)p & ~(os - 1)), os, &v), 0);
+    return v & 1;
+}
+
+/* malloc_trim's second step: the OS pages that lie wholly inside the free
+ * objects of spans still in use go back to the OS (all but the page that
+ * holds an object's link), and so do the spans' tails; live objects keep
+ * every byte, and the free objects are back in their spans afterwards. */
+static void test_central_release_free(void **state)
+{
+    (void)state;
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned cls = class_of_size(9216); /* 4 objects in 5 pages: a 4 KiB tail */
+    size_t size = pm_class_size[cls];
+    if (2 * os > size) {
+        print_message("    (OS pages of %zu bytes: no page inside a 9216-byte object; skipped)\n", os);
+        return;
+    }
+    uint32_t per_span = (uint32_t)(pm_class_pages[cls] * PAGE / size);
+    pm_central_t *c = pm_central_of(cls);
+    pm_central_drain();
+    uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
+    enum { N = 32 };
+    uint8_t *o[N];
+    void *chain = get_full(cls, N);
+    for (int i = 0; i < N; i++) {
+        o[i] = chain;
+        chain = *(void **)chain;
+        memset(o[i], 0xa5, size);
+    }
+    /* every other object back: each span keeps live objects */
+    uint32_t nfree = 0;
+    for (int i = 0; i < N; i += 2) {
+        *(void **)o[i] = NULL;
+        pm_central_put(cls, o[i], 1);
+        nfree++;
+    }
+    pm_central_drain(); /* parked objects into their spans */
+    uint64_t released = pm_central_release_free();
+    /* each freed object has at least one whole OS page past its first */
+    assert_true(released >= nfree * os);
+    for (int i = 0; i < N; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)o[i] >> PM_PAGE_SHIFT);
+        assert_non_null(s);
+        assert_int_equal(s->cls, cls);
+        assert_int_equal(s->trimming, 0);
+        assert_null(s->held);
+        if (i % 2) { /* live: every byte kept */
+            for (size_t k = 0; k < size; k++)
+                if (o[i][k] != 0xa5) fail_msg("live object %d lost byte %zu", i, k);
+            continue;
+        }
+        /* free: its link's page stays, the pages wholly past it go */
+        assert_true(page_resident(o[i]));
+        uintptr_t lo = ((uintptr_t)o[i] + sizeof(void *) + os - 1) & ~(os - 1);
+        uintptr_t hi = ((uintptr_t)o[i] + size) & ~(os - 1);
+        assert_true(hi > lo);
+        for (uintptr_t a = lo; a < hi; a += os)
+            if (page_resident((void *)a)) fail_msg("object %d: page %#lx still resident", i, (unsigned long)a);
+        /* back on its span's free list, the span back on the nonempty list */
+        assert_true(s->on_list);
+        uint32_t live = 0, found = 0;
+        for (int j = 0; j < N; j++)
+            if (pm_pagemap_span((uintptr_t)o[j] >> PM_PAGE_SHIFT) == s) live += j % 2;
+        for (void *f = s->freelist; f; f = *(void **)f) found += f == (void *)o[i];
+        assert_int_equal(found, 1);
+        assert_int_equal(s->allocated, live);
+        assert_int_equal(freelist_len(s) + (s->capacity - s->carved), per_span - live);
+        /* the span's tail past its last object went too */
+        uintptr_t end = (s->page << PM_PAGE_SHIFT) + s->npages * PAGE;
+        uintptr_t tail = ((s->page << PM_PAGE_SHIFT) + (uintptr_t)per_span * size + os - 1) & ~(os - 1);
+        for (uintptr_t a = tail; a < end; a += os) assert_false(page_resident((void *)a));
+    }
+    assert_int_equal(c->spans, spans0 + N / per_span);
+    assert_int_equal(c->out, out0 + N - nfree);
+    assert_int_equal(c->span_free, free0 + (uint64_t)(N / per_span) * per_span - (N - nfree));
+    /* the objects are handed out again, whole: the released pages read 0 */
+    void *again = get_full(cls, nfree);
+    uint32_t zeros = 0;
+    for (uint8_t *a = again; a; a = *(void **)a) {
+        for (size_t k = sizeof(void *); k < size; k++) zeros += a[k] == 0;
+        memset(a + sizeof(void *), 0x5a, size - sizeof(void *));
+    }
+    assert_true(zeros >= nfree * os / 2);
+    pm_central_put(cls, again, nfree);
+    for (int i = 1; i < N; i += 2) {
+        *(void **)o[i] = NULL;
+        pm_central_put(cls, o[i], 1);
+    }
+    pm_central_drain(); /* every span empty: back to the page heap */
+    assert_int_equal(c->spans, spans0);
+    assert_int_equal(c->out, out0);
+    assert_int_equal(c->span_free, free0);
+}
+
+/* While one thread mallocs and frees blocks of a class, writing them and
+ * checking them, another trims it over and over: no block in use may lose
+ * a byte, and the class's books balance at the end. */
+typedef struct {
+    unsigned rounds;
+    _Atomic int done;
+    _Atomic int corrupt;
+} trim_race_t;
+
+static void *trim_race_worker(void *arg)
+{
+    trim_race_t *r = arg;
+    enum { M = 256 }; /* 2.3 MB: more than a thread cache holds */
+    uint8_t *b[M];
+    /* each round takes M blocks, most of which the last round's frees sent
+     * back through the central lists into their spans, fills them, checks
+     * them and frees them all */
+    for (unsigned round = 0; round < r->rounds; round++) {
+        for (int k = 0; k < M; k++) {
+            b[k] = pm_malloc(9216);
+            memset(b[k], (int)(round + (unsigned)k) | 1, 9216);
+        }
+        for (int k = 0; k < M; k++) {
+            for (size_t j = 0; j < 9216; j += 256)
+                if (b[k][j] != (uint8_t)((round + (unsigned)k) | 1)) atomic_store(&r->corrupt, 1);
+            pm_free(b[k]);
+        }
+    }
+    atomic_store(&r->done, 1);
+    return NULL; /* the thread's cache goes back at its exit */
+}
+
+static void test_central_release_free_race(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(9216);
+    pm_central_t *c = pm_central_of(cls);
+    pm_central_drain();
+    uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
+    trim_race_t r = {.rounds = 400};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, trim_race_worker, &r), 0);
+    unsigned trims = 0;
+    while (!atomic_load(&r.done) || trims < 10) {
+        pm_central_release_free();
+        trims++;
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&r.corrupt), 0);
+    pm_central_drain();
+    assert_int_equal(c->out, out0);
+    assert_int_equal(c->spans, spans0);
+    assert_int_equal(c->span_free, free0);
+}
+
+/* A fork while another thread trims: the child, where that thread does
+ * not exist, must find every span back on its class's list with its free
+ * objects (the fork handler gives back what the trim held), so its books
+ * balance and it can allocate and free the class. */
+typedef struct {
+    _Atomic int stop;
+    _Atomic int in_trim;
+} trim_fork_t;
+
+static void *trim_fork_trimmer(void *arg)
+{
+    trim_fork_t *f = arg;
+    while (!atomic_load(&f->stop)) {
+        atomic_store(&f->in_trim, 1);
+        pm_central_release_free();
+        atomic_store(&f->in_trim, 0);
+    }
+    return NULL;
+}
+
+/* In the child: free objects on the nonempty spans == the class's count. */
+static int trim_fork_child(unsigned cls)
+{
+    pm_central_t *c = pm_central_of(cls);
+    if (c->trim_held) return 2;
+    uint64_t on_lists = 0;
+    for (pm_span_t *s = c->nonempty.next; s != &c->nonempty; s = s->next) {
+        if (s->trimming || s->held) return 3;
+        on_lists += freelist_len(s) + (s->capacity - s->carved);
+    }
+    if (on_lists != c->span_free) return 4;
+    void *p[64];
+    for (int i = 0; i < 64; i++) {
+        p[i] = pm_malloc(9216);
+        if (!p[i]) return 5;
+        memset(p[i], 1, 9216);
+    }
+    for (int i = 0; i < 64; i++) pm_free(p[i]);
+    return 0;
+}
+
+static void test_central_release_free_fork(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(9216);
+    /* many free objects in spans that stay in use: each trim takes a while */
+    enum { N = 2000 };
+    void **b = calloc(N, sizeof *b);
+    assert_non_null(b);
+    for (int i = 0; i < N; i++) {
+        b[i] = pm_malloc(9216);
+        assert_non_null(b[i]);
+        memset(b[i], 3, 9216);
+    }
+    for (int i = 0; i < N; i += 2) pm_free(b[i]);
+    pm_tcache_flush_all(&pm_tls);
+    pm_central_drain();
+    trim_fork_t f = {0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, trim_fork_trimmer, &f), 0);
+    int during = 0;
+    for (int k = 0; k < 40; k++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) _exit(trim_fork_child(cls));
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d: status %#x", k, (unsigned)st);
+        during += atomic_load(&f.in_trim);
+    }
+    atomic_store(&f.stop, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(during > 0);
+    for (int i = 1; i < N; i += 2) pm_free(b[i]);
+    free(b);
+}
+
+/* What parks per class: up to 64 KiB for classes of up to 1 KiB, 16 KiB
+ * above; a class above 1 KiB whose batch is bigger than that parks short
+ * chains only, and what does not fit goes back to its spans. */
 int main(void)
 {
-    pm_init();
-    pm_sampler_set_rate(0);
+    core_test_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pageheap_growth_floor),
         cmocka_unit_test(test_pageheap_growth_keeps_young),
@@ -370,6 +571,9 @@ int main(void)
         cmocka_unit_test(test_pageheap_tick_bounded),
         cmocka_unit_test(test_pageheap_cut_keeps_age),
         cmocka_unit_test(test_pageheap_decay_unmaps),
+        cmocka_unit_test(test_central_release_free),
+        cmocka_unit_test(test_central_release_free_race),
+        cmocka_unit_test(test_central_release_free_fork),
     };
     return cmocka_run_group_tests_name("pagerelease", tests, NULL, NULL) ? 1 : 0;
 }
