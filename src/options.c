@@ -33,7 +33,7 @@ static const struct option {
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
      "byte budget shared by all thread caches (default 32M)", NULL},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
-     "free resident memory kept before returning it to the OS; unset: 64M or half "
+     "free resident memory kept before returning it to the OS; unset: 64M or "
      "the memory in use, whichever is more", &pm_options.release_bytes_set},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "1: print the options in force at start", NULL},
