@@ -1,5 +1,4 @@
-/* server — requests build a tree of mixed-size objects; another thread
- * frees it.
+/* server — request trees of mixed-size objects, freed by another thread.
  *
  * What it stresses: -t N pairs of threads.  In each pair an "acceptor"
  * handles requests: a request is a tree of 8-64 nodes (a node: a header
