@@ -107,6 +107,10 @@ static void unlink_span(pm_span_t *s)
     s->on_list = 0;
 }
 
+/* c->kept is written under c's lock, and read without it by
+ * pm_central_tick to skip classes: relaxed atomics for both. */
+static inline void kept_set(pm_central_t *c, uint32_t n) { __atomic_store_n(&c->kept, n, __ATOMIC_RELAXED); }
+
 /* First use of a class, under its lock. */
 static void lock_central(pm_central_t *c, unsigned cls)
 {
@@ -209,7 +213,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             continue;
         }
         uint32_t before = k;
-        if (s->allocated == 0 && c->kept) c->kept--; /* a kept span in use again */
+        if (s->allocated == 0 && c->kept) kept_set(c, c->kept - 1); /* a kept span in use again */
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
@@ -277,7 +281,7 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
         if (--s->allocated == 0) {
             if (s->on_list) unlink_span(s);
             if (c->kept < c->kept_max) { /* kept for the next get, last in line */
-                c->kept++;
+                kept_set(c, c->kept + 1);
                 link_span(c, s, 1);
                 continue;
             }
@@ -339,13 +343,13 @@ static pm_span_t *unkeep_locked(pm_central_t *c)
         next = s->next;
         if (s->allocated) continue;
         unlink_span(s);
-        c->kept--;
+        kept_set(c, c->kept - 1);
         c->spans--;
         c->span_free -= s->capacity;
         s->next = empty;
         empty = s;
     }
-    c->kept = 0;
+    kept_set(c, 0);
     return empty;
 }
 
@@ -455,7 +459,7 @@ uint64_t pm_central_release_free(void)
             pm_unlock(&c->lock);
             continue;
         }
-        c->kept = 0; /* kept spans are held too, and freed when given back */
+        kept_set(c, 0); /* kept spans are held too, and freed when given back */
         while (c->nonempty.next != &c->nonempty) {
             pm_span_t *s = c->nonempty.next;
             unlink_span(s);
