@@ -73,12 +73,12 @@ for w in "${W[@]}"; do
     for a in "${A[@]}"; do
         [ -s "$tmp/$name.$a" ] || { printf ' – |'; continue; }
         m=$(med "$tmp/$name.$a" 1)
-        printf ' %.0f (%.2f) |' "$m" "$(awk -v g="$g" -v m="$m" 'BEGIN { print m > 0 ? g / m : 0 }')"
+        printf ' %.0f (%.2f) |' "$m" "$(awk -v g="$g" -v m="$m" 'BEGIN { print (m > 0 ? g / m : 0) }')"
     done
     for a in "${A[@]}"; do
         [ $a = glibc ] && continue
         [ -s "$tmp/$name.$a" ] || { printf ' – |'; continue; }
-        printf ' %.2f |' "$(awk -v g="$grss" -v m="$(med "$tmp/$name.$a" 3)" 'BEGIN { print g > 0 ? m / g : 0 }')"
+        printf ' %.2f |' "$(awk -v g="$grss" -v m="$(med "$tmp/$name.$a" 3)" 'BEGIN { print (g > 0 ? m / g : 0) }')"
     done
     echo
 done
