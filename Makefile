@@ -6,6 +6,8 @@
 #   make check      the whole test suite (needs libcmocka-dev)
 #   make bench      benchmarks against glibc and the peers (doc/benchmarks.md)
 #   make demo       a leaky program run under the preload, with its heap profile
+#   make docs       the PROFMALLOC_* variables in README.md, doc/profmalloc.3 and
+#                   include/profmalloc.h, from src/options.c (commit the result)
 #   make install    PREFIX=/usr/local DESTDIR= : libs, header, profmalloc.pc, man page
 
 -include config.mk
@@ -43,7 +45,8 @@ CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/alloc.c src/large.c \
 	src/stats.c src/init.c \
 	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
-	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c
+	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c \
+	src/prof_unwind_go.c src/prof_http.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
@@ -67,12 +70,12 @@ all: $(PM_SO) $(PM_A)
 # around each page fault).  That is the code that runs for reports (the
 # profile writer, malloc_stats and malloc_info, the number formatting), at
 # start-up (options, init, needed, meta, the system calls' wrappers) and the
-# unwinder: 82.5 -> 67.5 KB of text in all.  The unwinder at -Os costs 1.2 %
-# more instructions when every allocation is sampled, nothing at the default
-# rate; prof_sites.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
+# unwinder, which runs for samples only; prof_sites.c, on every sampled free,
+# stays at -O2.  The measurements are in the commits that chose each file.
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
-	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o
+	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
+	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o
 $(COLD_OBJS): PM_CFLAGS += -Os
 
 $(OBJ)/%.o: src/%.c
@@ -116,7 +119,7 @@ $(PM_TEST_A): $(BUILD)/profmalloc-core.o
 	$(AR) rcs $@ $<
 
 include src/cli/cli.mk
--include $(wildcard test/*.mk test/*/*.mk bench/*.mk)
+-include $(wildcard test/*.mk test/*/*.mk bench/*.mk doc/*.mk)
 
 check: $(CHECK_TARGETS)
 	@echo "make check: all test groups passed"

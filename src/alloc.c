@@ -1,12 +1,12 @@
 /* alloc.c — the malloc family on top of the thread caches: the slow twins
- * of the inline fast paths (pm_internal.h), calloc, realloc (its in-place
+ * of the inline fast paths (pm_fastpath.h), calloc, realloc (its in-place
  * strategies for large blocks are large.c's), aligned allocation, usable
  * size, and the free-side validation that turns a bad pointer into a
  * clear abort instead of heap corruption.
  * Must never: hold a lock (it takes none itself), or reach the profiler
  * other than through the sampling countdown on the slow path.
  * glibc is the reference for every edge case (doc/design.md lists them). */
-#include "pm_internal.h"
+#include "pm_fastpath.h"
 
 #include <errno.h>
 #include <string.h>
@@ -90,7 +90,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     } else {
         p = pm_large_alloc(size, bytes, align_pages, zero);
     }
-    if (sampled && p) pm_alloc_sampled(t, p, size, sampled);
+    if (sampled && p) pm_sites_add(t, p, size, sampled);
     return p;
 }
 
@@ -126,28 +126,13 @@ static pm_span_t *owner_for(const void *p, const char *what)
     return s;
 }
 
-int pm_is_carved_object(const void *p, unsigned cls)
-{
-    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    pm_span_t *s = pm_pagemap_span(page);
-    return s && s->state == PM_SPAN_IN_USE && s->cls == cls && page >= s->page &&
-           pm_span_cut_object(s, p);
-}
-
-void pm_bad_link(int in_free, const void *link)
-{
-    pm_os_fatal(in_free ? "free(): corrupted free list (a block written after free?), link"
-                        : "malloc(): corrupted free list (a block written after free?), link",
-                link, 1);
-}
-
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 void pm_free_slow(void *p)
 {
     if (!p) return;
     pm_span_t *s = owner(p);
-    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     if (s->cls == 0) {
         pm_large_free(s, 0);
         return;
@@ -239,9 +224,8 @@ void *pm_realloc(void *p, size_t size)
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
      * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
-     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
-     * for a block grown once).  A big large block gets twice its old size
+     * string that stopped growing in it (bench/realloc measures it).  A big
+     * large block gets twice its old size
      * (large.c, PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : old + old / 4;
@@ -266,9 +250,8 @@ void *pm_realloc(void *p, size_t size)
     if (big) {
         /* the block it leaves goes back to the OS at once, as mremap
          * leaves nothing behind: a block growing in steps would otherwise
-         * leave every step resident in the page heap (a Python list grown
-         * to 10 MB: 25 MB of them) */
-        if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+         * leave every step resident in the page heap */
+        if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
         pm_large_free(s, 1);
     } else {
         pm_free_inline(p);

@@ -76,10 +76,10 @@ int pm_large_is_big(const pm_span_t *s) { return s->cls == 0 && ((size_t)s->npag
  * 300 KB to 2 MiB stay 300 KB. */
 static void resample(pm_span_t *s, void *old, void *p, size_t size)
 {
-    if (old && PM_UNLIKELY(pm_prof_maybe_sampled(s, old))) pm_free_sampled(s, old);
+    if (old && PM_UNLIKELY(pm_sites_maybe_sampled(s, old))) pm_sites_remove(s, old);
     pm_tcache_t *t = pm_alloc_thread_cache();
     uint64_t weight = pm_alloc_sample_tick(t, size);
-    if (weight) pm_alloc_sampled(t, p, size, weight);
+    if (weight) pm_sites_add(t, p, size, weight);
 }
 
 /* realloc cannot move large block s for want of address space: its pages
@@ -103,23 +103,21 @@ int pm_large_shed_reserve(pm_span_t *s)
  * - A block that stays large shrinks in place, as glibc's does: its tail
  *   pages go back to the page heap as free resident pages (the release
  *   policy returns them like any others), with no copy and nothing to
- *   allocate, so it works when memory is exhausted.  Returning the tail to
- *   the OS at once made a shrink-then-grow-back loop of 0.3-4.3 MB blocks
- *   fault 1.07 M pages in 2.3 s (glibc: 0.84 s); kept resident, 44 k
- *   faults in 0.40 s, at the same peak RSS.
+ *   allocate, so it works when memory is exhausted, and a
+ *   shrink-then-grow-back loop does not fault its pages in again
+ *   (test_realloc_shrinks_large_in_place, test_exhausted_realloc_shrinks).
  * - A growing block takes the free pages right after it when it can (its
  *   reserve, else just enough), as glibc grows a block into its top chunk:
  *   no copy, and no old block left behind in the page heap.  The reserve
  *   is a quarter more than the old size, twice it from PM_BIG_MOVE: its
  *   pages are only faulted in as they are written, and each move copies
- *   into fresh pages the kernel must fault in and zero (bench/grow: 0.29
- *   -> 0.19 s, glibc 0.18 s).
+ *   into fresh pages the kernel must fault in and zero (bench/grow).
  * - A big block that cannot grow in place moves with mremap, as glibc
  *   moves its mmapped chunks: its pages go with the page tables, so
  *   nothing is copied or faulted in again, and the old addresses are gone
- *   at once (bench/grow: 72.6 k -> 40.0 k page faults, 0.24 -> 0.14 s).
- *   The profiler's record is keyed by the old address: dropped before the
- *   move, taken again if the block stays.
+ *   at once (test_realloc_big_moves_pages).  The profiler's record is
+ *   keyed by the old address: dropped before the move, taken again if the
+ *   block stays.
  * test_alloc_realloc_large_in_place, test_alloc_realloc_headroom. */
 void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
 {
@@ -140,8 +138,8 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
         return p;
     }
     if (!big) return NULL;
-    int sampled = pm_prof_maybe_sampled(s, p);
-    if (sampled) pm_free_sampled(s, p);
+    int sampled = pm_sites_maybe_sampled(s, p);
+    if (sampled) pm_sites_remove(s, p);
     if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
         account(s, grown(s, before), size, 0);
         void *q = page_addr(s->page);
@@ -150,7 +148,7 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
     }
     if (sampled) {
         pm_tcache_t *t = pm_alloc_thread_cache();
-        pm_alloc_sampled(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+        pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
     }
     return NULL;
 }

@@ -1,7 +1,12 @@
 /* pm_internal.h — internal prototypes, grouped under the .c that owns them,
- * and the hot inlines (size-class lookup, page-map lookup, the malloc and
- * free fast paths).  Calls go down the ladder only:
- *   override → alloc → tcache → central → pageheap → pagemap/meta → os  */
+ * and the inlines other files share (size-class lookup, page-map lookup,
+ * the sampler's countdown); the malloc and free fast paths are in
+ * pm_fastpath.h.  Calls go down the ladder:
+ *   override → alloc → tcache → central → pageheap → pagemap/meta → os
+ * except at the documented entry points (doc/design.md, "Calls go down"):
+ * pm_init from the first allocation and the public calls, the profiler's
+ * pm_sampler_* and pm_sites_* on the slow path, the fork and thread-exit
+ * hooks. */
 #ifndef PM_INTERNAL_H
 #define PM_INTERNAL_H
 
@@ -27,9 +32,14 @@ typedef struct pm_options {
     int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */
     int keep_deepbind;         /* PROFMALLOC_KEEP_DEEPBIND=1 (deepbind.c) */
+    const char *http_addr;     /* PROFMALLOC_HTTP, or NULL (prof_http.c) */
+    const char *http_port_file;/* PROFMALLOC_HTTP_PORT_FILE, or NULL */
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);
+/* Row i of the options table for the docs generator (doc/gen_options.c):
+ * name, doc (`code` marked) and default as text; -1 past the last row. */
+int pm_options_row(size_t i, const char **name, const char **doc, char *def, size_t cap);
 
 /* ---- meta.c: metadata from mmap, never malloc ------------------------ */
 void *pm_meta_alloc(size_t size);       /* zeroed, 16-aligned, never freed */
@@ -247,10 +257,10 @@ uint64_t pm_sampler_seed(void);
 
 /* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
 /* p (size bytes) was just allocated at a sample point of this weight. */
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
-void pm_free_sampled(pm_span_t *s, void *p);
-PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
+void pm_sites_remove(pm_span_t *s, void *p);
+PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
@@ -307,6 +317,9 @@ PM_INLINE void pm_init(void)
         pm_init_slow();
 }
 
+/* ---- prof_http.c: the /debug/pprof endpoint ------------------------- */
+void pm_http_autostart(void); /* PROFMALLOC_HTTP, from the constructor */
+
 /* ---- stats.c --------------------------------------------------------- */
 void pm_stats_collect(profmalloc_stats_t *out);
 int pm_malloc_trim(size_t pad);
@@ -316,68 +329,5 @@ struct mallinfo2;
 struct _IO_FILE;
 struct mallinfo2 pm_mallinfo2(void);
 int pm_malloc_info(int options, struct _IO_FILE *fp);
-
-/* ---- the fast paths --------------------------------------------------
- * A block in a thread cache's list holds the next block in its first word.
- * free compares the block with its list's head: a block freed twice in a
- * row, or freed again after frees of other classes only, is the head and
- * aborts in pm_free_slow.  Nothing else of the block is read or written
- * here: a per-process key in its second word (as glibc's tcache keeps, to
- * catch free(a); free(b); free(a) within one class) cost 15-20 % of the
- * churn benchmark's time for its two stores and one load (doc/design.md). */
-PM_INLINE void *pm_malloc_inline(size_t size)
-{
-    if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
-    /* sizes up to 1 KiB take one compare to their class */
-    if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
-    pm_tcache_t *t = &pm_tls;
-    pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
-    void *p = l->head;
-    /* charged first, in one read-modify-write: the slow path knows */
-    int lasts = pm_sampler_charge(&t->sampler, size);
-    if (PM_LIKELY(p != NULL && lasts)) {
-        void *next = *(void **)p;
-        l->head = next;
-        l->len--;
-        /* The next block's line: after a refill from another thread's frees
-         * (producer/consumer) it sits in the other core's cache, and the
-         * miss overlaps the caller's work instead of the next malloc
-         * (bench/prodcons -7 %, larson -4 %; churn unchanged). */
-        __builtin_prefetch(next, 1);
-        return p;
-    }
-    return pm_alloc_slow_charged(size);
-}
-
-PM_INLINE void pm_free_inline(void *p)
-{
-    if (pm_config_debug) {
-        pm_free_slow(p); /* looks for p in its thread's list */
-        return;
-    }
-    uintptr_t a = (uintptr_t)p;
-    pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
-    if (PM_LIKELY(leaf != NULL)) {
-        /* relaxed: a carve or the profiler may be setting bits in it */
-        unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)],
-                                        __ATOMIC_RELAXED);
-        uint64_t magic = pm_free_magic[info & 0xff];
-        /* offset from the span's start: page index, then offset in page */
-        uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-        /* a small block on a page without samples, at an object's start */
-        if (PM_LIKELY(offset * magic < magic)) {
-            unsigned cls = info & 0xff;
-            pm_tlist_t *l = &pm_tls.list[cls];
-            void *head = l->head;
-            if (PM_LIKELY(l->len < l->max_len && p != head)) {
-                *(void **)p = head;
-                l->head = p;
-                l->len++;
-                return;
-            }
-        }
-    }
-    pm_free_slow(p);
-}
 
 #endif

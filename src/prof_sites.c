@@ -1,17 +1,12 @@
-/* prof_sites.c — the sampled allocation-site table.  A sampled allocation
- * gets a record (address → bucket, weight) and its bucket, one per
- * (call stack, requested size), accumulates unbiased estimates: each
- * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
- * subtracts the same.  Snapshots copy the buckets into mapped memory for
- * prof_dump.c, which adds the stats and hands them to the writers.
- * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
- * lock per record shard (a shard holds the records of the spans that hash
- * to it, and guards those spans' sampled-block fields).  No path holds two
- * of them; bucket counters are atomics, so frees never take prof.lock.
- * Must never: unwind, map memory or write a file while holding a lock —
- * pools are refilled and tables grown with the lock dropped; never call
- * malloc (everything comes from meta.c or pm_os_map), nor reach up to the
- * stats, init or the dump API. */
+/* prof_sites.c — the sampled allocation-site table: a record per live
+ * sample (address → bucket, weight), a bucket per (call stack, requested
+ * size) holding unbiased estimates (each sample adds the weight
+ * prof_sampler.c gave it, its free subtracts it), and snapshots in mapped
+ * memory for prof_dump.c.  Locks: prof.lock (stacks, buckets, their arena)
+ * and one per record shard (the records and sampled-block fields of the
+ * spans that hash to it), never two at once; frees never take prof.lock.
+ * Must never: unwind, map memory or write a file under a lock, call malloc,
+ * or reach up to stats, init or the dump API. */
 #include "pm_internal.h"
 #include "pm_prof_types.h"
 #include "pm_prof_unwind.h"
@@ -317,7 +312,7 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -353,7 +348,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 0;
 }
 
-void pm_free_sampled(pm_span_t *s, void *p)
+void pm_sites_remove(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
      * without a lock.  The span's fields for p were written before p was
