@@ -67,8 +67,8 @@ pm_central_t *pm_central_of(unsigned cls)
  * (one span at least).  A medium class's span holds 1-11 objects, so a
  * malloc/free pair of it emptied and re-made a span nearly every time:
  * page-heap lock, coalescing, split, page-map writes, and objects that
- * landed on pages never touched before (bench/mixed -m medium faulted 2.5x
- * tcmalloc's pages).  A kept span is reused whole, at the same addresses
+ * landed on pages never touched before (bench/mixed -m medium).  A kept
+ * span is reused whole, at the same addresses
  * (test_central_keeps_empty_span). */
 #define PM_KEEP_BYTES ((size_t)256 * 1024)
 /* Ticks (pm_central_tick, up to 8 a second) without a get or put after

@@ -78,7 +78,7 @@ static inline void clock_locked(uint64_t now)
 /* The clock as the span operations read it: every CLOCK_EVERY-th of them
  * (and every tick, growth and give-back) reads it, the others use the
  * time last noted (0: nothing to note).  A clock read on every malloc and
- * free of a medium block was 4 % of its time; ages and decay need
+ * free of a medium block was a visible part of its cost; ages and decay need
  * milliseconds, not nanoseconds (test_pageheap_tick_releases and
  * test_pageheap_cut_keeps_age see the time tests skip at once). */
 #define CLOCK_EVERY 64

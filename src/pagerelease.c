@@ -44,8 +44,7 @@ static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p)
      * only past twice the cap: fragmentation's free runs come and go
      * within a tick as blocks of random size are replaced, and releasing
      * them on the free that crossed the cap made the next blocks fault
-     * in fresh pages (bench/bigrepeat: 344 MB released and mapped again
-     * in 500 steps).  A cap the user gave holds at every free
+     * in fresh pages (bench/bigrepeat).  A cap the user gave holds at every free
      * (test_pageheap_cap_paced). */
     if (event == PM_RELEASE_FREE && !pm_options.release_bytes_set && v->free <= limit + limit / 2) return;
     p->keep_pages = limit - limit / 8;
@@ -78,7 +77,7 @@ static int rule_refused(const pm_heap_view_t *v) { return v->now < rel.retry_ns;
  * their address space and commit charge go too; looked for once a second
  * (the walk stays cheap), and at once while released pages outnumber
  * those in use (a program replacing blocks of random size and alignment
- * kept 4 GB of address space for 480 MB in use): test_pageheap_decay_unmaps. */
+ * kept many times its live bytes in address space): test_pageheap_decay_unmaps. */
 static void rule_stale(const pm_heap_view_t *v, pm_release_plan_t *p)
 {
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
@@ -100,8 +99,9 @@ void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_pla
         if (!rule_refused(v)) rule_growth(v, p);
         return;
     case PM_RELEASE_TICK:
-        /* at most 32 MiB a tick: one tick returned a 2 GB run at once, and
-         * a malloc(64) in another thread waited 270 ms */
+        /* at most 32 MiB a tick: a tick that returned a run of GBs at once
+         * held a small malloc in another thread for as long
+         * (test_pageheap_tick_bounded) */
         p->budget = TICK_RELEASE_PAGES;
         /* fall through */
     case PM_RELEASE_FREE:

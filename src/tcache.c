@@ -328,9 +328,9 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
         if (grown < 0 && (t->steal_skip & 15)) return;
         /* At the budget's ceiling, a scavenge every SCAVENGE_EVERY refusals:
          * one per refusal walked every class on nearly every refill of a
-         * thread cycling through the medium classes (13 % of its time),
+         * thread cycling through the medium classes,
          * and halved lists that had been idle only since the refill before
-         * (bench/mixed -m medium: 13 % of the time in grow_list, 1 % now). */
+         * (bench/mixed -m medium). */
         if (grown <= 0) {
             if (grown == 0 && t->scavenge_skip) {
                 t->scavenge_skip--;
