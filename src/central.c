@@ -7,8 +7,8 @@
  * the next.  So a batch moves
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
- * walked back into their spans and carved out again (bench/threadchurn:
- * 39 M -> 28 M instructions).  What the slots cannot hold goes back into
+ * walked back into their spans and carved out again (bench/threadchurn,
+ * bench/prodcons).  What the slots cannot hold goes back into
  * its span, found through the page map; a span whose objects have all come
  * back returns to the page heap, except that a class above 1 KiB keeps
  * up to PM_KEEP_BYTES of such empty spans on its list (see kept_max) until
@@ -19,9 +19,8 @@
 #include "pm_internal.h"
 
 /* The classes' structs, in the order of their first use: a program uses
- * a few of the ~100 classes, and by class index their 512-byte structs
- * were spread over 11 of the array's 13 pages (churn, 16-256 B: 44 KB
- * resident); packed, the used ones share 2-3 pages.  slot_of[cls] is 1 +
+ * a few of the ~100 classes, and packed this way the used structs share a
+ * few pages instead of touching most of the array.  slot_of[cls] is 1 +
  * the struct's index, 0 until the class is first used; assigned under
  * assign_lock, which the fork handler takes before the structs. */
 PM_SPARSE_BSS static pm_central_t centrals[PM_CLASS_MAX];
@@ -56,9 +55,9 @@ pm_central_t *pm_central_of(unsigned cls)
  * up to 1 KiB parks up to 64 KiB: several batches, which is what lets
  * batches move between threads in O(1) (bench/prodcons, larson).  A
  * larger class parks up to 16 KiB, so its batches (up to 64 KiB, and one
- * always parked) go back to their spans: with 64 KiB for every class,
- * `git log -p` peaked at 7.8 MB (glibc 5.3 MB), a few objects parked in
- * each of ~60 classes above 1 KiB; with 16 KiB, 6.7 MB. */
+ * always parked) go back to their spans: a program touching many medium
+ * classes would otherwise hold a few parked objects in each
+ * (test_central_partial_slots; bench-real's git log). */
 #define PM_PARK_SMALL ((size_t)64 * 1024)
 #define PM_PARK_LARGE ((size_t)16 * 1024)
 #define PM_PARK_SMALL_MAX 1024 /* largest class with PM_PARK_SMALL */
@@ -196,11 +195,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         if (s == &c->nonempty) {
             /* Short rather than a fresh span when the class's old spans
              * gave something: the thread comes back when it has used these,
-             * and by then frees may have refilled the old spans.  Carving a
-             * span to round such a refill up to a batch left one span too
-             * many in a third of churn's classes (bench/threadchurn peak
-             * RSS -4 %).  Once this get has opened a fresh span (the class
-             * is growing), it may open more. */
+             * and by then frees may have refilled the old spans, so no span
+             * is carved just to round a refill up (bench/threadchurn's peak
+             * RSS).  Once this get has opened a fresh span (the class is
+             * growing), it may open more. */
             if (k && !fresh) break;
             fresh = 1;
             pm_unlock(&c->lock);
