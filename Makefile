@@ -39,7 +39,7 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # alloc; the profiler beside it; override.c (the libc names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/sampler.c \
-	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/alloc.c src/init.c
+	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/guard.c src/alloc.c src/init.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
@@ -68,7 +68,7 @@ all: $(PM_SO) $(PM_A)
 # rate; heapprof.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
 COLD_OBJS := $(OBJ)/pprof.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
-	$(OBJ)/sampler.o $(OBJ)/stacktrace.o
+	$(OBJ)/sampler.o $(OBJ)/stacktrace.o $(OBJ)/guard.o
 $(COLD_OBJS): PM_CFLAGS += -Os
 
 $(OBJ)/%.o: src/%.c

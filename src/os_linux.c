@@ -325,6 +325,31 @@ static uint64_t clock_ns(clockid_t id)
 uint64_t pm_os_now_ns(void) { return clock_ns(CLOCK_REALTIME); }
 uint64_t pm_os_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
+void pm_os_random(void *buf, size_t len)
+{
+    int saved = errno;
+    size_t got = 0;
+    while (got < len) {
+        long n = syscall(SYS_getrandom, (char *)buf + got, len - got, 0x1 /* GRND_NONBLOCK */);
+        if (n > 0) got += (size_t)n;
+        else if (n < 0 && errno == EINTR) continue;
+        else break;
+    }
+    if (got < len) {
+        /* splitmix64 over what differs between processes and runs */
+        uint64_t x = clock_ns(CLOCK_MONOTONIC) ^ (clock_ns(CLOCK_REALTIME) << 17) ^ (uint64_t)(uintptr_t)&saved ^
+                     ((uint64_t)syscall(SYS_getpid) << 32);
+        for (size_t i = got; i < len; i++) {
+            x += 0x9e3779b97f4a7c15ull;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            ((unsigned char *)buf)[i] ^= (unsigned char)(z ^ (z >> 31));
+        }
+    }
+    errno = saved;
+}
+
 void pm_os_futex_wait(_Atomic int *word, int expected)
 {
     int saved = errno;

@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Everything declared below is internal to the library: hidden, the fast
+ * paths reach its tables directly (%rip-relative), not through the GOT. */
+#pragma GCC visibility push(hidden)
+
 /* ---- fmt.c: allocation-free formatting and parsing ------------------- */
 /* A bounded text buffer that flushes to a file descriptor when full. */
 typedef struct pm_buf {
@@ -265,14 +269,54 @@ struct _IO_FILE;
 struct mallinfo2 pm_mallinfo2(void);
 int pm_malloc_info(int options, struct _IO_FILE *fp);
 
+/* ---- guard.c: free-list links and the free-block key ------------------
+ * Every link in a free list (thread cache, transfer slot, span) is stored
+ * encoded, as glibc's safe-linking does: the next block's address XOR the
+ * link's own address >> 12 XOR a per-process secret.  A write after free
+ * or a forged link then decodes to a wild value, which every pop checks
+ * (16-byte alignment) before following.  Every free small block holds
+ * pm_guard.key in its second word, erased when a malloc hands the block
+ * out, so free finds a block freed twice with one load and compare
+ * wherever its first free put it (glibc's tcache key).  Both come from
+ * getrandom at init.  These helpers are the only code that reads or
+ * writes a link or a key (test_harden: test_forged_link_aborts,
+ * test_double_free_same_class). */
+typedef struct pm_guard {
+    uintptr_t secret;
+    uintptr_t key;
+} pm_guard_t;
+extern pm_guard_t pm_guard;
+void pm_guard_init(void);
+/* A block whose key says it is free reached free (or realloc: what names
+ * the call): aborts with "<what>: double free detected". */
+void pm_guard_double_free(const char *what, const void *p) __attribute__((noreturn, cold));
+
+PM_INLINE void pm_link_set(void *block, const void *next)
+{
+    *(uintptr_t *)block = ((uintptr_t)block >> 12) ^ pm_guard.secret ^ (uintptr_t)next;
+}
+PM_INLINE void *pm_link_get(const void *block)
+{
+    return (void *)(*(const uintptr_t *)block ^ ((uintptr_t)block >> 12) ^ pm_guard.secret);
+}
+/* A decoded link that can be followed: NULL or 16-byte aligned. */
+PM_INLINE int pm_link_ok(const void *next) { return ((uintptr_t)next & (PM_ALIGNMENT - 1)) == 0; }
+/* The next block after `block`, checked: a bad link aborts (in_free:
+ * which call met it). */
+PM_INLINE void *pm_link_next(const void *block, int in_free)
+{
+    void *next = pm_link_get(block);
+    if (PM_UNLIKELY(!pm_link_ok(next))) pm_bad_link(in_free, next);
+    return next;
+}
+PM_INLINE void pm_key_set(void *block) { ((uintptr_t *)block)[1] = pm_guard.key; }
+PM_INLINE void pm_key_clear(void *block) { ((uintptr_t *)block)[1] = 0; }
+PM_INLINE int pm_key_is_set(const void *block) { return ((const uintptr_t *)block)[1] == pm_guard.key; }
+
 /* ---- the fast paths --------------------------------------------------
- * A block in a thread cache's list holds the next block in its first word.
- * free compares the block with its list's head: a block freed twice in a
- * row, or freed again after frees of other classes only, is the head and
- * aborts in pm_free_slow.  Nothing else of the block is read or written
- * here: a per-process key in its second word (as glibc's tcache keeps, to
- * catch free(a); free(b); free(a) within one class) cost 15-20 % of the
- * churn benchmark's time for its two stores and one load (doc/design.md). */
+ * A block in a thread cache's list holds the (encoded) next block in its
+ * first word and the free key in its second.  free aborts in
+ * pm_free_slow when the key is there: the block is free already. */
 PM_INLINE void *pm_malloc_inline(size_t size)
 {
     if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
@@ -284,9 +328,10 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     /* charged first, in one read-modify-write: the slow path knows */
     t->countdown -= (int64_t)size;
     if (PM_LIKELY(p != NULL && t->countdown >= 0)) {
-        void *next = *(void **)p;
+        void *next = pm_link_next(p, 0);
         l->head = next;
         l->len--;
+        pm_key_clear(p);
         /* The next block's line: after a refill from another thread's frees
          * (producer/consumer) it sits in the other core's cache, and the
          * miss overlaps the caller's work instead of the next malloc
@@ -316,9 +361,10 @@ PM_INLINE void pm_free_inline(void *p)
         if (PM_LIKELY(offset * magic < magic)) {
             unsigned cls = info & 0xff;
             pm_tlist_t *l = &pm_tls.list[cls];
-            void *head = l->head;
-            if (PM_LIKELY(l->len < l->max_len && p != head)) {
-                *(void **)p = head;
+            uintptr_t key = pm_guard.key; /* loaded once: the stores below may alias it */
+            if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != key)) {
+                pm_link_set(p, l->head);
+                ((uintptr_t *)p)[1] = key; /* pm_key_set */
                 l->head = p;
                 l->len++;
                 return;
@@ -327,5 +373,7 @@ PM_INLINE void pm_free_inline(void *p)
     }
     pm_free_slow(p);
 }
+
+#pragma GCC visibility pop
 
 #endif

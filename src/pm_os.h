@@ -66,6 +66,10 @@ typedef struct {
 void pm_os_sigpipe_block(pm_os_sigpipe_t *s);
 void pm_os_sigpipe_restore(pm_os_sigpipe_t *s, int raised);
 
+/* Fills buf with random bytes (getrandom, without blocking; early in boot,
+ * before the kernel's pool is ready, a mix of clocks and addresses). */
+void pm_os_random(void *buf, size_t len);
+
 /* Process facts. */
 pid_t pm_os_getpid(void);
 pid_t pm_os_gettid(void);

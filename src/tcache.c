@@ -177,22 +177,30 @@ void pm_tcache_thread_start(pm_tcache_t *t)
  * chain, walking whichever part of the list is shorter. */
 static void *cut(pm_tlist_t *l, uint32_t n)
 {
-    void **tail = &l->head, *chain;
+    void *chain;
     uint32_t keep = l->len - n;
     if (keep < n) {
         /* Release the list's oldest n objects, walking only past the keep
          * newest: a thread that only frees (a consumer) overflows a list
          * of batch + 1 objects, so this is O(1) there, and the objects it
          * keeps are the ones still warm in its cache. */
-        for (uint32_t i = 0; i < keep; i++) tail = (void **)*tail;
-        chain = *tail;
+        if (keep == 0) {
+            chain = l->head;
+            l->head = NULL;
+        } else {
+            void *last = l->head; /* the keep-th object */
+            for (uint32_t i = 1; i < keep; i++) last = pm_link_next(last, 1);
+            chain = pm_link_next(last, 1);
+            pm_link_set(last, NULL);
+        }
     } else {
         /* the n newest: a walk past them */
         chain = l->head;
-        for (uint32_t i = 0; i < n; i++) tail = (void **)*tail;
-        l->head = *tail;
+        void *last = chain; /* the n-th object */
+        for (uint32_t i = 1; i < n; i++) last = pm_link_next(last, 1);
+        l->head = pm_link_next(last, 1);
+        pm_link_set(last, NULL);
     }
-    *tail = NULL;
     l->len = keep;
     return chain;
 }
@@ -355,7 +363,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     uint32_t got;
     void *chain = pm_central_get(cls, n, &got);
     if (!chain) return NULL;
-    l->head = *(void **)chain;
+    l->head = pm_link_next(chain, 0);
     l->len = got - 1;
     grow_list(t, cls, growth(l->max_len, batch));
     return chain;
