@@ -270,17 +270,20 @@ struct mallinfo2 pm_mallinfo2(void);
 int pm_malloc_info(int options, struct _IO_FILE *fp);
 
 /* ---- guard.c: free-list links and the free-block key ------------------
- * Every link in a free list (thread cache, transfer slot, span) is stored
- * encoded, as glibc's safe-linking does: the next block's address XOR the
- * link's own address >> 12 XOR a per-process secret.  A write after free
- * or a forged link then decodes to a wild value, which every pop checks
- * (16-byte alignment) before following.  Every free small block holds
- * pm_guard.key in its second word, erased when a malloc hands the block
- * out, so free finds a block freed twice with one load and compare
- * wherever its first free put it (glibc's tcache key).  Both come from
- * getrandom at init.  These helpers are the only code that reads or
- * writes a link or a key (test_harden: test_forged_link_aborts,
- * test_double_free_same_class). */
+ * Every free small block holds pm_guard.key in its second word, written
+ * when it is freed (or carved) and erased when a malloc hands it out, so
+ * free finds a block freed twice with one load and compare wherever its
+ * first free put it, in any thread (glibc's tcache key; the key is random
+ * and only free blocks hold it, so a match needs no confirmation walk).
+ * In the hardened build every link in a free list (thread cache, transfer
+ * slot, span) is also stored encoded, as glibc's safe-linking does: the
+ * next block's address XOR the link's own address >> 12 XOR a per-process
+ * secret, and every pop checks the decoded link (16-byte alignment) before
+ * following it, so a write after free or a forged link aborts instead of
+ * handing out a wild pointer (its price, in doc/hardening.md, kept it out
+ * of the default build).  Secret and key come from getrandom at init.
+ * These helpers are the only code that reads or writes a link or a key
+ * (test_harden: test_double_free_same_class, test_forged_link_aborts). */
 typedef struct pm_guard {
     uintptr_t secret;
     uintptr_t key;
@@ -293,20 +296,37 @@ void pm_guard_double_free(const char *what, const void *p) __attribute__((noretu
 
 PM_INLINE void pm_link_set(void *block, const void *next)
 {
-    *(uintptr_t *)block = ((uintptr_t)block >> 12) ^ pm_guard.secret ^ (uintptr_t)next;
+    uintptr_t mask = pm_config_hardened ? ((uintptr_t)block >> 12) ^ pm_guard.secret : 0;
+    *(uintptr_t *)block = mask ^ (uintptr_t)next;
 }
 PM_INLINE void *pm_link_get(const void *block)
 {
-    return (void *)(*(const uintptr_t *)block ^ ((uintptr_t)block >> 12) ^ pm_guard.secret);
+    uintptr_t mask = pm_config_hardened ? ((uintptr_t)block >> 12) ^ pm_guard.secret : 0;
+    return (void *)(*(const uintptr_t *)block ^ mask);
 }
-/* A decoded link that can be followed: NULL or 16-byte aligned. */
-PM_INLINE int pm_link_ok(const void *next) { return ((uintptr_t)next & (PM_ALIGNMENT - 1)) == 0; }
+/* A decoded link that can be followed: NULL or 16-byte aligned (always,
+ * outside the hardened build, where links are plain). */
+PM_INLINE int pm_link_ok(const void *next)
+{
+    return !pm_config_hardened || ((uintptr_t)next & (PM_ALIGNMENT - 1)) == 0;
+}
 /* The next block after `block`, checked: a bad link aborts (in_free:
  * which call met it). */
 PM_INLINE void *pm_link_next(const void *block, int in_free)
 {
     void *next = pm_link_get(block);
     if (PM_UNLIKELY(!pm_link_ok(next))) pm_bad_link(in_free, next);
+    if (pm_config_hardened && next) {
+        /* an aligned wild value (one in 16) must also land on a page of
+         * the block's own class */
+        uintptr_t pn = (uintptr_t)next >> PM_PAGE_SHIFT, pb = (uintptr_t)block >> PM_PAGE_SHIFT;
+        pm_leaf_t *ln = pn >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(pn);
+        unsigned mask = (1u << PM_LEAF_BITS) - 1;
+        if (PM_UNLIKELY(!ln || ((__atomic_load_n(&ln->info[pn & mask], __ATOMIC_RELAXED) ^
+                                 __atomic_load_n(&pm_pagemap_leaf(pb)->info[pb & mask], __ATOMIC_RELAXED)) &
+                                0x7f)))
+            pm_bad_link(in_free, next);
+    }
     return next;
 }
 PM_INLINE void pm_key_set(void *block) { ((uintptr_t *)block)[1] = pm_guard.key; }
