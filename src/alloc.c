@@ -50,14 +50,39 @@ static int sample_tick(pm_tcache_t *t, size_t size)
     return rate != 0 && t->state != PM_THREAD_EMPTY;
 }
 
+/* ---- when the OS refuses memory --------------------------------------- */
+
+/* An allocation of `bytes` failed for want of memory: gives back what the
+ * allocator holds (this thread's cache, the transfer slots, every free
+ * page, released runs unmapped; other threads flush their caches at their
+ * next slow path) and says whether a retry may succeed.  Not for a request
+ * larger than all the heap holds (a malloc(1 << 45) caught as an error
+ * would cost every warm free page each time).  test_harden:
+ * test_recovery_after_aligned_fill. */
+static int reclaim(size_t bytes)
+{
+    pm_pageheap_stats_t st;
+    pm_pageheap_stats(&st);
+    if (bytes > st.mapped) return 0;
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
+    pm_tcache_flush_others();
+    pm_central_drain();
+    pm_pageheap_release_all();
+    return 1;
+}
+
 /* ---- large blocks: whole spans of pages ------------------------------ */
 
 /* size: what the application asked for; bytes (>= size): what to reserve. */
 static void *alloc_large(size_t size, size_t bytes, size_t align_pages, int zero)
 {
     size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
-    pm_span_t *s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages)
-                                   : pm_pageheap_alloc(n);
+    pm_span_t *s = NULL;
+    for (int tries = 0; !s && tries < 2; tries++) {
+        s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc(n);
+        if (!s && (tries || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2 || !reclaim(n << PM_PAGE_SHIFT))) break;
+    }
     if (!s) return enomem();
     s->cls = 0;
     s->requested = size;
@@ -108,7 +133,13 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
     }
-    if (!p) return enomem();
+    if (!p) {
+        /* once more after giving back what is held */
+        if (!reclaim(pm_class_size[cls])) return enomem();
+        uint32_t got;
+        p = pm_central_get(cls, 1, &got);
+        if (!p) return enomem();
+    }
     pm_key_clear(p);
     return p;
 }

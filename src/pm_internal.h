@@ -186,6 +186,9 @@ void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
+/* Asks every other thread to flush its cache at its next slow path (the
+ * OS refused memory: alloc.c reclaim). */
+void pm_tcache_flush_others(void);
 /* Adds each class's objects in the live threads' caches to counts[class]
  * and gives the number of live threads (racy reads of other threads'
  * lengths: a snapshot for reports). */

@@ -92,6 +92,7 @@ typedef struct pm_tcache {
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
     uint16_t steal_skip;            /* budget growths to refuse before stealing again */
     uint16_t steal_backoff;         /* the last skip; doubles per failed steal */
+    uint32_t flush_seen;            /* the flush request it last obeyed (tcache.c) */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;

@@ -63,6 +63,20 @@ static pm_treg_t *spare_nodes;         /* linked by next, under reg_lock */
 static uint64_t nthreads;
 static _Atomic int64_t unclaimed;      /* global budget not given to a thread */
 static pthread_key_t exit_key;
+/* Bumped when the OS refused memory: each thread's next slow path flushes
+ * its cache (test_harden: test_recovery_after_aligned_fill). */
+static _Atomic uint32_t flush_requests;
+
+void pm_tcache_flush_others(void) { pm_relaxed_add(&flush_requests, 1); }
+
+/* Obeys a flush request made since the thread last looked. */
+static void maybe_flush(pm_tcache_t *t)
+{
+    uint32_t r = pm_relaxed_load(&flush_requests);
+    if (PM_LIKELY(r == t->flush_seen)) return;
+    t->flush_seen = r;
+    pm_tcache_flush_all(t);
+}
 
 void pm_tcache_init(void)
 {
@@ -153,6 +167,7 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     t->rng = pm_sampler_seed();
     t->countdown = pm_sampler_next(&t->rng, t->sample_rate);
     t->state = PM_THREAD_ACTIVE;
+    t->flush_seen = pm_relaxed_load(&flush_requests);
     pm_lock(&reg_lock);
     pm_treg_t *n = spare_nodes;
     if (n) spare_nodes = n->next;
@@ -355,6 +370,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
 {
     pm_tlist_t *l = &t->list[cls];
     uint32_t batch = pm_class_batch[cls];
+    maybe_flush(t);
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     /* first use: make room for FIRST_LEN objects before fetching */
     if (l->max_len == 0) grow_list(t, cls, growth(0, batch));
@@ -373,6 +389,7 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
 {
     pm_tlist_t *l = &t->list[cls];
     uint32_t batch = pm_class_batch[cls];
+    maybe_flush(t);
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     if (l->max_len < batch) {
         grow_list(t, cls, growth(l->max_len, batch));
