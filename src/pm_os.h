@@ -39,6 +39,13 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
  * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
+/* Tests: the memory calls above fail, as the kernel's would, per_1024 times
+ * in 1024 (0: never, the default); map covers pm_os_map, reserve and the
+ * remaps, release is madvise, unmap munmap.  pm_os_fault_count: failures
+ * made so far. */
+enum { PM_OS_FAULT_MAP, PM_OS_FAULT_RELEASE, PM_OS_FAULT_UNMAP, PM_OS_FAULT_KINDS };
+void pm_os_fault_set(unsigned kind, uint32_t per_1024);
+uint64_t pm_os_fault_count(void);
 size_t pm_os_as_room(void);        /* RLIMIT_AS less the size mapped; SIZE_MAX: no limit */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
