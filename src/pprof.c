@@ -59,6 +59,7 @@ fail:
 static void *buf_add(buf_t *b, size_t n)
 {
     if (!buf_reserve(b, n)) return NULL;
+    if (!b->p) return NULL; /* n == 0 on an empty buffer (fuzz_alloc) */
     void *r = b->p + b->len;
     b->len += n;
     return r;
