@@ -144,13 +144,17 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
     return p;
 }
 
+/* The calling thread's cache, set up at its first slow path; a NEW
+ * thread starts caching after PM_THREAD_NEW_OPS operations (tcache.c). */
 static pm_tcache_t *thread_cache(void)
 {
     pm_tcache_t *t = &pm_tls;
-    if (PM_UNLIKELY(t->state == PM_THREAD_EMPTY)) {
+    if (PM_LIKELY(t->state == PM_THREAD_ACTIVE)) return t;
+    if (t->state == PM_THREAD_EMPTY) {
         pm_init();
-        pm_tcache_thread_start(t);
+        pm_tcache_thread_begin(t);
     }
+    if (t->state == PM_THREAD_NEW && ++t->new_ops > PM_THREAD_NEW_OPS) pm_tcache_thread_start(t);
     return t;
 }
 
@@ -234,12 +238,8 @@ void pm_free_slow(void *p)
         return;
     }
     unsigned cls = s->cls;
-    pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_EMPTY) {
-        pm_init();
-        pm_tcache_thread_start(t);
-    }
-    if (t->state == PM_THREAD_DEAD) {
+    pm_tcache_t *t = thread_cache();
+    if (t->state != PM_THREAD_ACTIVE) { /* NEW or DEAD: uncached */
         pm_link_set(p, NULL);
         pm_key_set(p);
         pm_central_put(cls, p, 1);

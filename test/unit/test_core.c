@@ -2185,6 +2185,17 @@ typedef struct {
     uint32_t bad_list;
 } slowstart_t;
 
+/* A new thread caches nothing for its first PM_THREAD_NEW_OPS operations
+ * (tcache.c): these make it a caching one, in a class of its own. */
+static void become_active(void)
+{
+    assert_int_equal(pm_tls.state, PM_THREAD_EMPTY);
+    pm_free(pm_malloc(24));
+    assert_int_equal(pm_tls.state, PM_THREAD_NEW);
+    for (int i = 0; i < PM_THREAD_NEW_OPS && pm_tls.state == PM_THREAD_NEW; i++) pm_free(pm_malloc(24));
+    assert_int_equal(pm_tls.state, PM_THREAD_ACTIVE);
+}
+
 static void *slowstart_thread(void *arg)
 {
     slowstart_t *r = arg;
@@ -2194,6 +2205,7 @@ static void *slowstart_thread(void *arg)
     enum { N = 2000 };
     static void *blocks[N];
     r->state_before = pm_tls.state;
+    become_active();
     blocks[0] = pm_malloc(64);
     r->state_after_malloc = pm_tls.state;
     r->max_len_first = l->max_len;
@@ -2487,7 +2499,8 @@ static void late_destructor(void *arg)
 static void *dead_thread(void *arg)
 {
     (void)arg;
-    void *keep = pm_malloc(128); /* the thread is ACTIVE now */
+    become_active();
+    void *keep = pm_malloc(128);
     void *tmp = pm_malloc(128);
     pm_free(tmp);
     pthread_setspecific(late_key, keep);
@@ -2747,7 +2760,8 @@ typedef struct {
 static void *charge_thread(void *arg)
 {
     charge_t *r = arg;
-    void *p0 = pm_malloc(64); /* sets the thread up */
+    become_active();
+    void *p0 = pm_malloc(64);
     unsigned cls = pm_sizeclass_of(4000);
     assert_null(pm_tls.list[cls].head);
     int64_t c0 = pm_tls.countdown;
