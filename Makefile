@@ -35,11 +35,14 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 	-ftls-model=initial-exec $(PM_NOSPLIT) \
 	-D_GNU_SOURCE -Isrc -Iinclude $(PM_EXTRA_CFLAGS)
 
-# The ladder, bottom up: os → meta/pagemap → pageheap → central → tcache →
-# alloc; the profiler beside it; override.c (the libc names) last.
+# The ladder, bottom up: os → fmt/options → meta → sizeclass/pagemap →
+# pageheap → central → tcache → alloc, stats, init; then the profiler
+# family, bottom up (doc/design.md, "The ladder"); override.c (the libc
+# names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
-	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/sampler.c \
-	src/stacktrace.c src/heapprof.c src/pprof.c src/stats.c src/guard.c src/alloc.c src/init.c
+	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/guard.c src/alloc.c src/stats.c src/init.c \
+	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
+	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
@@ -65,10 +68,11 @@ all: $(PM_SO) $(PM_A)
 # start-up (options, init, needed, meta, the system calls' wrappers) and the
 # unwinder: 82.5 -> 67.5 KB of text in all.  The unwinder at -Os costs 1.2 %
 # more instructions when every allocation is sampled, nothing at the default
-# rate; heapprof.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
-COLD_OBJS := $(OBJ)/pprof.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
+# rate; prof_sites.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
+COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
-	$(OBJ)/sampler.o $(OBJ)/stacktrace.o $(OBJ)/guard.o
+	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
+	$(OBJ)/guard.o
 $(COLD_OBJS): PM_CFLAGS += -Os
 
 $(OBJ)/%.o: src/%.c

@@ -31,23 +31,17 @@ static void *enomem(void)
 
 /* ---- sampling -------------------------------------------------------- */
 
-/* Charges `size` bytes to the thread's countdown; returns 1 when this
- * allocation is a sample point.  Also picks up a changed sample rate. */
-static int sample_tick(pm_tcache_t *t, size_t size)
+/* Charges `size` bytes to the thread's sampler; returns the sample's
+ * weight when this allocation is a sample point, else 0. */
+static uint64_t sample_tick(pm_tcache_t *t, size_t size)
 {
-    uint64_t rate = pm_sampler_rate();
-    if (PM_UNLIKELY(t->sample_rate != rate)) {
-        t->sample_rate = rate;
-        t->countdown = pm_sampler_next(&t->rng, rate);
-    }
-    t->countdown -= (int64_t)size;
-    if (PM_LIKELY(t->countdown >= 0)) return 0;
-    t->countdown = pm_sampler_next(&t->rng, rate);
+    uint64_t weight = pm_sampler_record(&t->sampler, size);
+    if (PM_LIKELY(weight == 0)) return 0;
     pm_pageheap_tick(); /* every PM_TICK_BYTES at rate 0 */
-    /* also after the thread's cache was flushed at its exit: C++ and
+    /* not after the thread's cache was flushed at its exit: C++ and
      * libraries free and allocate from their own key destructors, which
      * may run after ours */
-    return rate != 0 && t->state != PM_THREAD_EMPTY;
+    return weight != PM_SAMPLE_TICK && t->state != PM_THREAD_EMPTY ? weight : 0;
 }
 
 /* ---- when the OS refuses memory --------------------------------------- */
@@ -165,7 +159,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
 {
     if (PM_UNLIKELY(bytes > PTRDIFF_MAX)) return enomem();
     pm_tcache_t *t = thread_cache();
-    int sampled = sample_tick(t, size);
+    uint64_t sampled = sample_tick(t, size);
     void *p;
     if (bytes <= PM_MAX_SMALL && align_pages <= 1) {
         p = alloc_small(t, pm_sizeclass_of(bytes));
@@ -173,7 +167,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     } else {
         p = alloc_large(size, bytes, align_pages, zero);
     }
-    if (sampled && p) pm_alloc_sampled(t, p, size);
+    if (sampled && p) pm_alloc_sampled(t, p, size, sampled);
     return p;
 }
 
@@ -188,7 +182,7 @@ void *pm_alloc_slow_charged(size_t size)
 {
     /* malloc's fast path took size off the countdown before it found its
      * list empty (or the countdown spent): give it back, then charge once */
-    pm_tls.countdown += (int64_t)size;
+    pm_sampler_refund(&pm_tls.sampler, size);
     return pm_alloc_slow(size);
 }
 
@@ -315,7 +309,8 @@ static void resample(pm_span_t *s, void *p, size_t size)
 {
     if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
     pm_tcache_t *t = thread_cache();
-    if (sample_tick(t, size)) pm_alloc_sampled(t, p, size);
+    uint64_t weight = sample_tick(t, size);
+    if (weight) pm_alloc_sampled(t, p, size, weight);
 }
 
 void *pm_realloc(void *p, size_t size)
@@ -408,10 +403,14 @@ void *pm_realloc(void *p, size_t size)
             s->requested = size;
             void *q = page_addr(s->page);
             pm_tcache_t *t = thread_cache();
-            if (sample_tick(t, size)) pm_alloc_sampled(t, q, size);
+            uint64_t weight = sample_tick(t, size);
+            if (weight) pm_alloc_sampled(t, q, size, weight);
             return q;
         }
-        if (sampled) pm_alloc_sampled(thread_cache(), p, s->requested);
+        if (sampled) {
+            pm_tcache_t *t = thread_cache();
+            pm_alloc_sampled(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+        }
     }
     void *q = NULL;
     int saved = errno;

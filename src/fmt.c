@@ -1,5 +1,6 @@
-/* fmt.c — allocation-free formatting and parsing: a bounded text buffer
- * that flushes to a file descriptor, decimal/hex numbers, size suffixes.
+/* fmt.c — allocation-free formatting and parsing: the one number
+ * formatter (decimal, padded, hex), a bounded text buffer that flushes to
+ * a file descriptor, size suffixes.
  * Must never: allocate, use stdio, or know any allocator type.
  * No state, no lock. */
 #include "pm_internal.h"
@@ -58,24 +59,48 @@ static void put(pm_buf_t *b, const char *s, size_t n)
 
 void pm_buf_str(pm_buf_t *b, const char *s) { put(b, s, pm_fmt_strlen(s)); }
 
+size_t pm_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0, i = 0;
+    do tmp[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n) out[i++] = tmp[--n];
+    return i;
+}
+
+size_t pm_fmt_u64_pad(char *out, uint64_t v, size_t width)
+{
+    char tmp[20];
+    size_t n = pm_fmt_u64(tmp, v), i = 0;
+    while (n + i < width) out[i++] = ' ';
+    for (size_t k = 0; k < n; k++) out[i + k] = tmp[k];
+    return i + n;
+}
+
+size_t pm_fmt_hex(char *out, uint64_t v, int prefix)
+{
+    int shift = 60;
+    size_t i = 0;
+    if (prefix) {
+        out[i++] = '0';
+        out[i++] = 'x';
+    }
+    while (shift > 0 && !((v >> shift) & 0xf)) shift -= 4;
+    for (; shift >= 0; shift -= 4) out[i++] = "0123456789abcdef"[(v >> shift) & 0xf];
+    return i;
+}
+
 void pm_buf_u64(pm_buf_t *b, uint64_t v)
 {
-    char tmp[24];
-    int i = sizeof tmp;
-    do tmp[--i] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    put(b, tmp + i, sizeof tmp - (size_t)i);
+    char tmp[20];
+    put(b, tmp, pm_fmt_u64(tmp, v));
 }
 
 void pm_buf_hex(pm_buf_t *b, uint64_t v)
 {
     char tmp[18];
-    int i = sizeof tmp;
-    do tmp[--i] = "0123456789abcdef"[v & 15];
-    while ((v >>= 4) != 0);
-    tmp[--i] = 'x';
-    tmp[--i] = '0';
-    put(b, tmp + i, sizeof tmp - (size_t)i);
+    put(b, tmp, pm_fmt_hex(tmp, v, 1));
 }
 
 int pm_fmt_parse_size(const char *s, uint64_t *out)

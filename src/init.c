@@ -9,8 +9,8 @@
  * order of doc/design.md; parent and child release them (the child by
  * resetting, since it is the only thread left). */
 #include "pm_internal.h"
-#include "pm_stacktrace.h"
-#include "pm_pprof.h"
+#include "pm_prof_unwind.h"
+#include "pm_prof_symbols.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,9 +20,9 @@ static _Atomic int atfork_registered;
 
 static void fork_prepare(void)
 {
-    pm_pprof_lock_all();
+    pm_symbols_lock_all();
     pm_tcache_lock_all();
-    pm_heapprof_lock_all();
+    pm_sites_lock_all();
     pm_central_lock_all();
     pm_pageheap_lock_all();
     pm_meta_lock_all();
@@ -33,9 +33,10 @@ static void fork_release(int child)
     pm_meta_unlock_all(child);
     pm_pageheap_unlock_all(child);
     pm_central_unlock_all(child);
-    pm_heapprof_unlock_all(child);
+    pm_dump_unlock_all(child);
+    pm_sites_unlock_all(child);
     pm_tcache_unlock_all(child);
-    pm_pprof_unlock_all(child);
+    pm_symbols_unlock_all(child);
 }
 
 static void fork_parent(void) { fork_release(0); }
@@ -50,7 +51,7 @@ void pm_init_slow(void)
         pm_sampler_set_rate(pm_options.sample_rate);
         pm_sizeclass_init();
         pm_tcache_init();
-        pm_heapprof_init();
+        pm_sites_init();
         atomic_store_explicit(&pm_init_state, 2, memory_order_release);
         if (!atomic_exchange(&atfork_registered, 1))
             pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -93,11 +94,11 @@ static void check_interposed(void)
 __attribute__((constructor(101))) static void init_at_load(void)
 {
     pm_init();
-    pm_stacktrace_pin_loaded();
+    pm_objects_pin_loaded();
     check_interposed();
 }
 
 __attribute__((destructor)) static void at_exit(void)
 {
-    if (atomic_load(&pm_init_state) == 2) pm_heapprof_at_exit();
+    if (atomic_load(&pm_init_state) == 2) pm_dump_at_exit();
 }

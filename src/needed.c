@@ -1,6 +1,6 @@
 /* needed.c — which loaded objects are the program's own libraries (its
  * DT_NEEDED entries), for the unwinder's give-back of table pages
- * (stacktrace.c, never_unloaded).  Linked into libprofmalloc.so only: the
+ * (prof_objects.c, never_unloaded).  Linked into libprofmalloc.so only: the
  * dlopen here would make every static link of libprofmalloc.a warn, and a
  * static program has no such libraries.
  * A name can be satisfied by an object of another file name (a preloaded
@@ -9,7 +9,7 @@
  * is asked: dlopen(name, RTLD_NOLOAD) returns, for a bare name, the object
  * loaded first under it.  Runs once, from profmalloc's constructor. */
 #include "pm_elf.h"
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -6,7 +6,7 @@
 #include "pm_internal.h"
 
 pm_options_t pm_options = {
-    .sample_rate = 512 * 1024,
+    .sample_rate = PM_SAMPLE_RATE_DEFAULT,
     .dump_pattern = NULL,
     .unwind_fp = 0,
     .tcache_bytes = 32u << 20,

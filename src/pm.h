@@ -105,4 +105,35 @@ PM_INLINE void pm_lock_reset(pm_lock_t *l)
 #define pm_relaxed_store(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define pm_relaxed_add(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
 
+/* The finaliser of MurmurHash3: every input bit moves every output bit,
+ * so a table may index by the low bits. */
+PM_INLINE uint64_t pm_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* A hash of the bytes [p, p + n), a word at a time, from seed: the
+ * unwinder's rule identities and the profile writer's string table. */
+static inline uint64_t pm_hash_bytes(const void *data, size_t n, uint64_t seed)
+{
+    const uint8_t *p = data, *end = p + n;
+    uint64_t h = seed ^ (uint64_t)n * 0x9e3779b97f4a7c15ull, w;
+    for (; end - p > 8; p += 8) {
+        __builtin_memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (n >= 8) { /* the last 8 bytes, overlapping the words before */
+        __builtin_memcpy(&w, end - 8, 8);
+        h ^= w;
+    } else {
+        for (; p < end; p++) h = (h ^ *p) * 0x100000001b3ull;
+    }
+    return pm_mix64(h);
+}
+
 #endif

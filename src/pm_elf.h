@@ -1,5 +1,5 @@
 /* pm_elf.h — reading a loaded object's program headers, as
- * dl_iterate_phdr lists them (stacktrace.c, needed.c).  No allocation, no
+ * dl_iterate_phdr lists them (prof_objects.c, needed.c).  No allocation, no
  * lock: plain reads of the loader's tables. */
 #ifndef PM_ELF_H
 #define PM_ELF_H

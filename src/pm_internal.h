@@ -8,6 +8,8 @@
 #include "pm.h"
 #include "pm_os.h"
 #include "pm_types.h"
+#include "pm_fmt.h"
+#include "pm_math.h"
 #include "../include/profmalloc.h"
 
 #include <stddef.h>
@@ -17,25 +19,7 @@
  * paths reach its tables directly (%rip-relative), not through the GOT. */
 #pragma GCC visibility push(hidden)
 
-/* ---- fmt.c: allocation-free formatting and parsing ------------------- */
-/* A bounded text buffer that flushes to a file descriptor when full. */
-typedef struct pm_buf {
-    char *data;
-    size_t len, cap;
-    int fd;        /* -1: never flush; overflow sets `truncated` */
-    int error;     /* errno of the first failed write, or 0 */
-    int truncated;
-} pm_buf_t;
-void pm_buf_init(pm_buf_t *b, char *data, size_t cap, int fd);
-void pm_buf_str(pm_buf_t *b, const char *s);
-void pm_buf_u64(pm_buf_t *b, uint64_t v);
-void pm_buf_hex(pm_buf_t *b, uint64_t v);
-int pm_buf_flush(pm_buf_t *b);
-/* Parses "<digits>[k|M|G|T][B|iB]" (case-insensitive suffix, powers of
- * 1024).  Returns 0 and sets *out, or -1 for anything else. */
-int pm_fmt_parse_size(const char *s, uint64_t *out);
-size_t pm_fmt_strlen(const char *s);
-int pm_fmt_streq(const char *a, const char *b);
+/* ---- fmt.c: pm_fmt.h ------------------------------------------------ */
 
 /* ---- options.c ------------------------------------------------------- */
 typedef struct pm_options {
@@ -200,24 +184,52 @@ void pm_tcache_steal_work(uint64_t *walks, uint64_t *visits);
 void pm_tcache_lock_all(void);
 void pm_tcache_unlock_all(int child);
 
-/* ---- sampler.c ------------------------------------------------------- */
-/* -ln(u) for u in (0, 1], without libm. */
-double pm_sampler_neg_log(double u);
-/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
- * 1, PM_TICK_BYTES when 0 (no sample then: the countdown's expiry only
- * runs the page heap's tick, as it does at every sample point). */
+/* ---- prof_sampler.c: when to sample (the profiler's entry) ----------- */
+#define PM_SAMPLE_RATE_DEFAULT ((uint64_t)512 * 1024)
+/* A sample's weight, fixed point: how many blocks it stands for. */
+#define PM_WEIGHT_SHIFT 8
+#define PM_WEIGHT_ONE ((uint64_t)1 << PM_WEIGHT_SHIFT)
+/* With no sampling (rate 0) the countdown still expires every
+ * PM_TICK_BYTES: it is the page heap's clock (pm_pageheap_tick). */
 #define PM_TICK_BYTES ((int64_t)4 << 20)
+/* pm_sampler_record's answer at such an expiry. */
+#define PM_SAMPLE_TICK UINT64_MAX
+uint64_t pm_sampler_rate(void);            /* the process-wide rate */
+void pm_sampler_set_rate(uint64_t rate);   /* clamped to INT64_MAX */
+void pm_sampler_thread_start(pm_sampler_t *s);
+void pm_sampler_redraw(pm_sampler_t *s);   /* at once to the process rate */
+/* The weight of a sample of size bytes at s's rate. */
+uint64_t pm_sampler_weight(const pm_sampler_t *s, size_t size);
+/* The countdown expired or the rate changed: pm_sampler_record's rest. */
+uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size);
+/* The slow path (tcmalloc's Sampler::RecordAllocation): charges size
+ * bytes and returns 0 while the countdown lasts; at its expiry draws the
+ * next gap and returns this allocation's weight (PM_WEIGHT_ONE per
+ * block), or PM_SAMPLE_TICK at rate 0.  Picks up a changed rate. */
+PM_INLINE uint64_t pm_sampler_record(pm_sampler_t *s, size_t size)
+{
+    if (PM_LIKELY(s->rate == pm_sampler_rate()) && PM_LIKELY(s->countdown >= (int64_t)size)) {
+        s->countdown -= (int64_t)size;
+        return 0;
+    }
+    return pm_sampler_record_slow(s, size);
+}
+/* malloc's fast path: takes size off the countdown; nonzero while it lasts. */
+PM_INLINE int pm_sampler_charge(pm_sampler_t *s, size_t size)
+{
+    s->countdown -= (int64_t)size;
+    return s->countdown >= 0;
+}
+/* Gives back a charge the fast path made before falling to the slow path. */
+PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown += (int64_t)size; }
+/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
+ * 1, PM_TICK_BYTES when 0. */
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
 uint64_t pm_sampler_seed(void);
-/* The chance that an allocation of x = size/rate means is sampled:
- * 1 - exp(-x), without libm. */
-double pm_sampler_prob(double x);
 
-/* ---- heapprof.c: the sampled-site table (slow path only) ------------- */
-uint64_t pm_sampler_rate(void);
-void pm_sampler_set_rate(uint64_t rate);
-/* p (size bytes) was just allocated at a sample point. */
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size);
+/* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
+/* p (size bytes) was just allocated at a sample point of this weight. */
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
 void pm_free_sampled(pm_span_t *s, void *p);
 PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
@@ -227,11 +239,14 @@ PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
     return (__atomic_load_n(&pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) &
             PM_SAMPLED_PAGE) != 0;
 }
-void pm_heapprof_init(void);
-void pm_heapprof_at_exit(void);
-uint64_t pm_heapprof_live_samples(void);
-void pm_heapprof_lock_all(void);
-void pm_heapprof_unlock_all(int child);
+void pm_sites_init(void);
+uint64_t pm_sites_live_samples(void);
+void pm_sites_lock_all(void);
+void pm_sites_unlock_all(int child);
+
+/* ---- prof_dump.c: the dump API, where profiles go (the profiler's top) - */
+void pm_dump_at_exit(void);            /* PROFMALLOC_DUMP */
+void pm_dump_unlock_all(int child);    /* a fork child resets the dump locks */
 
 /* ---- alloc.c: the malloc family, fast paths inline below ------------- */
 void *pm_alloc_slow(size_t size);
@@ -350,8 +365,8 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
     void *p = l->head;
     /* charged first, in one read-modify-write: the slow path knows */
-    t->countdown -= (int64_t)size;
-    if (PM_LIKELY(p != NULL && t->countdown >= 0)) {
+    int lasts = pm_sampler_charge(&t->sampler, size);
+    if (PM_LIKELY(p != NULL && lasts)) {
         void *next = pm_link_next(p, 0);
         l->head = next;
         l->len--;

@@ -1,6 +1,7 @@
-/* pm_prof_types.h — the profiler's snapshot, handed from heapprof.c (which
- * takes it under the profiler lock into mmap'd memory) to pprof.c (which
- * formats and writes it after every lock is dropped).
+/* pm_prof_types.h — the profiler's snapshot, taken by prof_sites.c under
+ * the profiler lock into mmap'd memory, completed by prof_dump.c with the
+ * allocator's totals, and written by prof_pprof.c after every lock is
+ * dropped.
  * Invariants of a snapshot:
  *   every samples[i].depth <= PM_STACK_MAX and pcs points at depth entries;
  *   values are already unbiased estimates (at rate 1, exact counts);
@@ -30,5 +31,14 @@ typedef struct pm_prof_snapshot {
     const pm_prof_sample_t *samples;
     profmalloc_stats_t totals; /* the allocator's exact totals */
 } pm_prof_snapshot_t;
+
+/* prof_sites.c: copies the buckets into mapped memory (mem, which the
+ * caller unmaps) and sets every field of snap but `totals`.  0, or -1
+ * with errno ENOMEM. */
+typedef struct pm_sites_mem {
+    void *base;
+    size_t bytes;
+} pm_sites_mem_t;
+int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem);
 
 #endif

@@ -82,16 +82,22 @@ typedef struct pm_tlist {
 enum { PM_THREAD_EMPTY = 0, PM_THREAD_ACTIVE, PM_THREAD_DEAD, PM_THREAD_NEW };
 #define PM_THREAD_NEW_OPS 32
 
-typedef struct pm_tcache {
+/* A thread's sampling state (prof_sampler.c); its countdown is charged
+ * inline by malloc's fast path, so it comes first in pm_tcache_t. */
+typedef struct pm_sampler {
     int64_t countdown;              /* bytes to allocate before the next sample */
+    uint64_t rng;                   /* xorshift state */
+    uint64_t rate;                  /* rate the countdown was drawn with */
+} pm_sampler_t;
+
+typedef struct pm_tcache {
     pm_tlist_t list[PM_CLASS_MAX];
+    pm_sampler_t sampler;
     /* slow-path state */
     uint16_t overflows[PM_CLASS_MAX];
     uint8_t active[PM_CLASS_MAX];     /* refilled or overflowed since the last scavenge */
     _Atomic size_t capacity;        /* the owner writes it; thieves read it (tcache.c) */
     _Atomic size_t budget;
-    uint64_t rng;                   /* sampler state */
-    uint64_t sample_rate;           /* rate the countdown was drawn with */
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
     uint16_t steal_skip;            /* budget growths to refuse before stealing again */

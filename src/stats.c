@@ -54,7 +54,7 @@ static void collect(profmalloc_stats_t *out, uint64_t free_objs[PM_CLASS_MAX])
     out->threads = threads;
     out->lock_contention = contention;
     out->sample_rate = pm_sampler_rate();
-    out->samples_live = pm_heapprof_live_samples();
+    out->samples_live = pm_sites_live_samples();
 }
 
 void pm_stats_collect(profmalloc_stats_t *out) { collect(out, NULL); }

@@ -163,9 +163,7 @@ static int have_robust_list(void)
  * test_threads_born_in_destructors). */
 void pm_tcache_thread_begin(pm_tcache_t *t)
 {
-    t->sample_rate = pm_options.sample_rate;
-    t->rng = pm_sampler_seed();
-    t->countdown = pm_sampler_next(&t->rng, t->sample_rate);
+    pm_sampler_thread_start(&t->sampler);
     t->new_ops = 0;
     t->state = PM_THREAD_NEW;
 }

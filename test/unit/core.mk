@@ -1,21 +1,24 @@
-# test/unit/core.mk — unit tests of the allocator core (test/unit/test_core.c):
-# size classes, page map, page heap, central lists, thread caches, the
-# malloc family, stats, sampler, size parsing/options and invalid frees.
+# test/unit/core.mk — unit tests of the allocator core, one program per
+# module (test/unit/test_<module>.c): sizeclass, pagemap, central, tcache,
+# alloc (the malloc family and invalid frees), stats, prof_sampler, fmt,
+# options; test_core.c holds the page heap's, page release's and large
+# blocks' tests.  What they share is in core_test.h.
 # Included by the top Makefile, which provides BUILD, CC, PM_CFLAGS,
 # CMOCKA_LIBS and PM_TEST_A (the allocator without the libc overrides: the
-# test calls pm_* directly and itself runs on the C library's malloc).
+# tests call pm_* directly and themselves run on the C library's malloc).
 
-CORE_TEST := $(BUILD)/test/test_core
-CORE_TEST_HDRS := $(wildcard src/*.h) include/profmalloc.h
+CORE_TEST_NAMES := core sizeclass pagemap central tcache alloc stats prof_sampler fmt options
+CORE_TESTS := $(CORE_TEST_NAMES:%=$(BUILD)/test/test_%)
+CORE_TEST_HDRS := $(wildcard src/*.h) include/profmalloc.h test/unit/core_test.h test/unit/child_stderr.h
 
-$(CORE_TEST): test/unit/test_core.c $(CORE_TEST_HDRS) $(PM_TEST_A)
+$(CORE_TESTS): $(BUILD)/test/test_%: test/unit/test_%.c $(CORE_TEST_HDRS) $(PM_TEST_A)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) $(CMOCKA_CFLAGS) $< -o $@ $(PM_TEST_A) $(CMOCKA_LIBS) -lm -pthread
 
 .PHONY: check-core
 CHECK_TARGETS += check-core
-check-core: $(CORE_TEST)
-	timeout -k 5 60 $(CORE_TEST)
+check-core: $(CORE_TESTS)
+	@rc=0; for t in $(CORE_TESTS); do timeout -k 5 60 $$t || rc=1; done; exit $$rc
 
 # Opt-in: the same unit tests with the whole core built under ASan and
 # UBSan (the core is tested through pm_*, never as the interposer, so the
@@ -23,6 +26,7 @@ check-core: $(CORE_TEST)
 SAN_DIR := $(BUILD)/san
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_OBJS := $(CORE_SRCS:src/%.c=$(SAN_DIR)/%.o)
+SAN_TESTS := $(CORE_TEST_NAMES:%=$(SAN_DIR)/test_%)
 
 $(SAN_DIR)/%.o: src/%.c $(CORE_TEST_HDRS)
 	@mkdir -p $(@D)
@@ -35,12 +39,12 @@ $(SAN_DIR)/mark_end.o: src/textmark.c
 	$(CC) $(PM_CFLAGS) -DPM_TEXT_END -c $< -o $@
 $(SAN_DIR)/core.o: $(SAN_DIR)/mark_begin.o $(SAN_OBJS) $(SAN_DIR)/mark_end.o
 	$(LD) -r -o $@ $^
-$(SAN_DIR)/test_core: test/unit/test_core.c $(SAN_DIR)/core.o
+$(SAN_TESTS): $(SAN_DIR)/test_%: test/unit/test_%.c $(CORE_TEST_HDRS) $(SAN_DIR)/core.o
 	$(CC) $(PM_CFLAGS) $(SAN_FLAGS) $(CMOCKA_CFLAGS) $< -o $@ $(SAN_DIR)/core.o $(CMOCKA_LIBS) -lm -pthread
 
 .PHONY: check-sanitize
-check-sanitize: $(SAN_DIR)/test_core
-	ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 $(SAN_DIR)/test_core
+check-sanitize: $(SAN_TESTS)
+	@rc=0; for t in $(SAN_TESTS); do ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 $$t || rc=1; done; exit $$rc
 
 # Opt-in: ThreadSanitizer.  test_core is too slow under it (the page heap's
 # tests); test/unit/tsan_stress.c runs threads against pm_* in ten mixes

@@ -1,4 +1,4 @@
-/* reload_move.S: a second "plugin" for test_stacktrace's reload test, built
+/* reload_move.S: a second "plugin" for test_prof_unwind's reload test, built
  * twice (V=1, V=2).  In V=2 the function g before `entry` is 16 bytes
  * longer and so is its FDE, so entry's code, its CIE (its own: it has a
  * personality) and its FDE all move by 16 bytes: the FDE's bytes stay the

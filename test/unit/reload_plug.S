@@ -1,4 +1,4 @@
-/* reload_plug.S: a "plugin" for test_stacktrace's reload test, built
+/* reload_plug.S: a "plugin" for test_prof_unwind's reload test, built
  * twice (FRAME=8 and FRAME=120) into two libraries of the same layout, and
  * once more with MANY_FDES for the unload tests:
  * plug_call(fn) calls fn with a frame of FRAME bytes, so the two builds

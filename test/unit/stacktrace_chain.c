@@ -1,9 +1,9 @@
 /* stacktrace_chain.c — a known call chain a -> b -> c -> capture for
- * test_stacktrace.c.  Built twice by stacktrace.mk: with CHAIN_PREFIX=om
+ * test_prof_unwind.c.  Built twice by prof_unwind.mk: with CHAIN_PREFIX=om
  * (-fomit-frame-pointer) and CHAIN_PREFIX=fp (-fno-omit-frame-pointer).
  * Each function sits alone in a section named <prefix>_sec_<x>, so the test
  * can check a PC against the linker's __start_/__stop_ symbols.
- * test_stacktrace.c includes this file with STACKTRACE_CHAIN_DECLS_ONLY
+ * test_prof_unwind.c includes this file with STACKTRACE_CHAIN_DECLS_ONLY
  * defined to get the declarations below and nothing else. */
 #include <stdint.h>
 
@@ -26,7 +26,7 @@ int fp_chain_rec(struct chain_req *r, int depth);
 
 #ifndef STACKTRACE_CHAIN_DECLS_ONLY
 
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 
 #ifndef CHAIN_PREFIX
 #error "define CHAIN_PREFIX (om or fp)"
@@ -47,7 +47,7 @@ CHAIN_FN(c) int CHAIN_NAME(chain_c)(struct chain_req *r)
     if (r->fn)
         r->fn(r);
     else
-        r->n = pm_stacktrace_capture(r->pcs, r->max, r->skip);
+        r->n = pm_unwind_capture(r->pcs, r->max, r->skip);
     chain_sink++;
     return r->n + 1;
 }

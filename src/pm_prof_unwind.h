@@ -1,8 +1,9 @@
-/* pm_stacktrace.h — call-stack capture for the heap profiler (stacktrace.c).
+/* pm_prof_unwind.h — call-stack capture for the heap profiler (prof_unwind.c,
+ * prof_objects.c).
  * Safe to call from inside malloc, before any constructor, in any thread and
  * from a signal handler: it never allocates, never locks, never uses stdio. */
-#ifndef PM_STACKTRACE_H
-#define PM_STACKTRACE_H
+#ifndef PM_PROF_UNWIND_H
+#define PM_PROF_UNWIND_H
 
 #include <stdint.h>
 
@@ -12,18 +13,18 @@
 /* Selects the unwinder for later captures; any value other than PM_UNWIND_FP
  * means PM_UNWIND_DWARF.  The mode is process-wide and may change at any
  * time (relaxed atomic); parsing PROFMALLOC_UNWIND is the caller's job. */
-void pm_stacktrace_set_mode(int mode);
-int pm_stacktrace_get_mode(void);
+void pm_unwind_set_mode(int mode);
+int pm_unwind_get_mode(void);
 
 /* Stores into pcs[] the return addresses of the calling stack, innermost
  * first, and returns how many it stored (0 <= n <= max).
  *
- * Let F0 be the function that called pm_stacktrace_capture, F1 the function
+ * Let F0 be the function that called pm_unwind_capture, F1 the function
  * that called F0, and so on.  The unwound sequence is
- *     R0 = return address of the call to pm_stacktrace_capture (a PC in F0),
+ *     R0 = return address of the call to pm_unwind_capture (a PC in F0),
  *     R1 = return address of the call to F0 (a PC in F1), ...
  * pcs[i] = R(skip + i): with skip == 0, pcs[0] is a PC inside the direct
- * caller of pm_stacktrace_capture; skip == 1 drops that frame, so pcs[0] is
+ * caller of pm_unwind_capture; skip == 1 drops that frame, so pcs[0] is
  * a PC inside the caller's caller.  Negative skip counts as 0.  Frames are
  * counted as they exist at run time: a caller that got inlined into its own
  * caller is no frame, so callers should be noinline where skip matters.
@@ -32,23 +33,23 @@ int pm_stacktrace_get_mode(void);
  * 1 before symbolizing.  The walk ends early, without error, at the
  * outermost frame (_start, thread start, makecontext), at code without
  * unwind info, at a signal frame, or when the stack looks corrupt. */
-int pm_stacktrace_capture(uintptr_t *pcs, int max, int skip);
+int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
 /* Lists the objects loaded at start-up, whose unwind rules need no check
  * against a reload (they are never unloaded).  Called once from the
  * library's constructor; calls dl_iterate_phdr, so never from malloc. */
-void pm_stacktrace_pin_loaded(void);
+void pm_objects_pin_loaded(void);
 
 /* The code in [lo, hi) (the allocator's own, built without frame pointers)
  * is walked with its unwind tables in PM_UNWIND_FP mode too; the %rbp chain
  * starts at the first frame outside it.  Without this, the frame-pointer
  * walk would start from a register the allocator used for data. */
-void pm_stacktrace_set_own_code(uintptr_t lo, uintptr_t hi);
+void pm_unwind_set_own_code(uintptr_t lo, uintptr_t hi);
 
 /* needed.c (linked into the shared library only, hence weak): the dynamic
  * sections of the objects the loader loaded for the program's DT_NEEDED
  * names, at most max of them into ld; returns how many.  Calls dlopen, so
- * only from pm_stacktrace_pin_loaded. */
+ * only from pm_objects_pin_loaded. */
 int pm_needed_dynamics(uintptr_t *ld, int max) __attribute__((weak));
 
 #endif

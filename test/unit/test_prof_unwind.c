@@ -1,4 +1,5 @@
-/* test_stacktrace.c — unit tests of src/stacktrace.c (linked in directly).
+/* test_prof_unwind.c — unit tests of the walks (src/prof_unwind.c, with
+ * prof_objects.c and prof_unwind_cfi.c linked in directly).
  * The known chains come from stacktrace_chain.c, built without (om_*) and
  * with (fp_*) frame pointers.  Functions whose return addresses are checked
  * each sit in their own section, so a PC can be checked against the
@@ -29,7 +30,7 @@
 #include "child_stderr.h"
 
 int st_needed_fn(int x); /* needed_lib.c, a DT_NEEDED library */
-#include "pm_stacktrace.h"
+#include "pm_prof_unwind.h"
 #define STACKTRACE_CHAIN_DECLS_ONLY
 #include "stacktrace_chain.c"
 
@@ -84,10 +85,10 @@ FN_IN(st_caller) static int call_chain(struct chain_req *r, int fp_chain, int de
 
 static int capture_chain(int mode, int fp_chain, uintptr_t *pcs, int max, int skip)
 {
-    pm_stacktrace_set_mode(mode);
+    pm_unwind_set_mode(mode);
     struct chain_req r = {pcs, max, skip, -1, NULL};
     call_chain(&r, fp_chain, -1);
-    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
     return r.n;
 }
 
@@ -104,11 +105,11 @@ static void assert_known_chain(const uintptr_t *pcs, int n, int fp_chain)
 static void test_mode(void **state)
 {
     (void)state;
-    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_DWARF);
-    pm_stacktrace_set_mode(PM_UNWIND_FP);
-    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_FP);
-    pm_stacktrace_set_mode(42);
-    assert_int_equal(pm_stacktrace_get_mode(), PM_UNWIND_DWARF);
+    assert_int_equal(pm_unwind_get_mode(), PM_UNWIND_DWARF);
+    pm_unwind_set_mode(PM_UNWIND_FP);
+    assert_int_equal(pm_unwind_get_mode(), PM_UNWIND_FP);
+    pm_unwind_set_mode(42);
+    assert_int_equal(pm_unwind_get_mode(), PM_UNWIND_DWARF);
 }
 
 /* DWARF through code without frame pointers, and through code with them. */
@@ -173,10 +174,10 @@ static void test_deep_recursion(void **state)
     static uintptr_t pcs[512];
     for (int fp_chain = 0; fp_chain <= 1; fp_chain++) {
         for (int mode = fp_chain ? PM_UNWIND_FP : PM_UNWIND_DWARF; mode >= 0; mode--) {
-            pm_stacktrace_set_mode(mode);
+            pm_unwind_set_mode(mode);
             struct chain_req r = {pcs, 512, 0, -1, NULL};
             call_chain(&r, fp_chain, DEPTH);
-            pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+            pm_unwind_set_mode(PM_UNWIND_DWARF);
             int (*in_rec)(uintptr_t) = fp_chain ? in_fp_sec_rec : in_om_sec_rec;
             assert_true(r.n >= DEPTH + 5);
             assert_true(r.n < 512);
@@ -184,9 +185,9 @@ static void test_deep_recursion(void **state)
             assert_true(in_st_caller(pcs[DEPTH + 4]));
             /* max cuts a deep stack exactly */
             r = (struct chain_req){pcs, 64, 10, -1, NULL};
-            pm_stacktrace_set_mode(mode);
+            pm_unwind_set_mode(mode);
             call_chain(&r, fp_chain, DEPTH);
-            pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+            pm_unwind_set_mode(PM_UNWIND_DWARF);
             assert_int_equal(r.n, 64);
             for (int i = 0; i < 64; i++) assert_true(in_rec(pcs[i]));
         }
@@ -209,7 +210,7 @@ static int cb_n, cb_nb;
 
 FN_IN(st_callback) static void callback_capture(struct chain_req *r)
 {
-    cb_n = pm_stacktrace_capture(cb_pcs, MAXF, 0);
+    cb_n = pm_unwind_capture(cb_pcs, MAXF, 0);
     cb_nb = backtrace(cb_bt, MAXF);
     r->n = cb_n;
 }
@@ -232,7 +233,7 @@ static int qs_n = -1, qs_nb;
 FN_IN(st_compar) static int compar(const void *a, const void *b)
 {
     if (qs_n < 0) {
-        qs_n = pm_stacktrace_capture(qs_pcs, MAXF, 0);
+        qs_n = pm_unwind_capture(qs_pcs, MAXF, 0);
         qs_nb = backtrace(qs_bt, MAXF);
     }
     int x = *(const int *)a, y = *(const int *)b;
@@ -281,7 +282,7 @@ FN_IN(st_phdr_cb) static int phdr_cb(struct dl_phdr_info *info, size_t size, voi
     (void)info;
     (void)size;
     (void)arg;
-    ph_n = pm_stacktrace_capture(ph_pcs, MAXF, 0);
+    ph_n = pm_unwind_capture(ph_pcs, MAXF, 0);
     ph_nb = backtrace(ph_bt, MAXF);
     return 1; /* stop after the first object */
 }
@@ -385,13 +386,13 @@ static jmp_buf asm_jmp;
 
 FN_IN(st_asm_cb) static void asm_cb(void)
 {
-    asm_n = pm_stacktrace_capture(asm_pcs, MAXF, 0);
+    asm_n = pm_unwind_capture(asm_pcs, MAXF, 0);
     asm_nb = backtrace(asm_bt, MAXF);
 }
 
 FN_IN(st_asm_cb) static void asm_cb_noret(void)
 {
-    asm_n = pm_stacktrace_capture(asm_pcs, MAXF, 0);
+    asm_n = pm_unwind_capture(asm_pcs, MAXF, 0);
     longjmp(asm_jmp, 1);
 }
 
@@ -426,16 +427,16 @@ static void test_handwritten_cfi(void **state)
      * cannot see their return addresses (kept in asm_cb's frame, which has
      * no record), so after asm_cb comes call_asm. */
     for (int i = 0; i < 2; i++) {
-        pm_stacktrace_set_mode(PM_UNWIND_FP);
+        pm_unwind_set_mode(PM_UNWIND_FP);
         call_asm(i ? st_cfi_expr : st_cfi_mix, asm_cb);
-        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        pm_unwind_set_mode(PM_UNWIND_DWARF);
         assert_true(asm_n >= 2 && asm_n < MAXF);
         assert_true(in_st_asm_cb(asm_pcs[0]));
         assert_true(in_st_asm_caller(asm_pcs[1]));
     }
 }
 
-/* st_bad_frame_call(pcs, max, skip, bad_rbp) calls pm_stacktrace_capture
+/* st_bad_frame_call(pcs, max, skip, bad_rbp) calls pm_unwind_capture
  * with %rbp = bad_rbp and CFI that says its CFA is %rbp + 16: both walks are
  * led to bad_rbp, and must refuse to read there when it lies above the top
  * of the running thread's stack. */
@@ -449,7 +450,7 @@ __asm__(".pushsection st_asm_bad,\"ax\",@progbits\n"
         ".cfi_offset rbp, -16\n"
         "movq %rcx, %rbp\n"
         ".cfi_def_cfa_register rbp\n"
-        "call pm_stacktrace_capture\n"
+        "call pm_unwind_capture\n"
         ".cfi_def_cfa rsp, 16\n"
         "popq %rbp\n"
         ".cfi_def_cfa_offset 8\n"
@@ -470,9 +471,9 @@ static void *bounds_thread(void *arg)
     struct bounds_result *b = arg;
     for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
         uintptr_t pcs[MAXF];
-        pm_stacktrace_set_mode(mode);
+        pm_unwind_set_mode(mode);
         b->n[mode] = st_bad_frame_call(pcs, MAXF, 0, b->bad);
-        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        pm_unwind_set_mode(PM_UNWIND_DWARF);
         b->first_ok[mode] = b->n[mode] >= 1 && in_st_asm_bad(pcs[0]);
     }
     return NULL;
@@ -515,12 +516,12 @@ struct thread_result {
 FN_IN(st_thread) static void *thread_main(void *arg)
 {
     struct thread_result *t = arg;
-    t->n = pm_stacktrace_capture(t->pcs, MAXF, 0);
+    t->n = pm_unwind_capture(t->pcs, MAXF, 0);
     t->nb = backtrace(t->bt, MAXF);
     uintptr_t fp_pcs[MAXF];
-    pm_stacktrace_set_mode(PM_UNWIND_FP);
-    t->n_fp = pm_stacktrace_capture(fp_pcs, MAXF, 0);
-    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+    pm_unwind_set_mode(PM_UNWIND_FP);
+    t->n_fp = pm_unwind_capture(fp_pcs, MAXF, 0);
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
     t->fp_first_ok = t->n_fp >= 1 && in_st_thread(fp_pcs[0]);
     sink++;
     return NULL;
@@ -555,9 +556,9 @@ FN_IN(st_ctx) static void ctx_func(void)
 {
     for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
         uintptr_t pcs[MAXF];
-        pm_stacktrace_set_mode(mode);
-        ctx_n[mode] = pm_stacktrace_capture(pcs, MAXF, 0);
-        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        pm_unwind_set_mode(mode);
+        ctx_n[mode] = pm_unwind_capture(pcs, MAXF, 0);
+        pm_unwind_set_mode(PM_UNWIND_DWARF);
         ctx_first_ok[mode] = ctx_n[mode] >= 1 && in_st_ctx(pcs[0]);
     }
     sink++;
@@ -587,10 +588,10 @@ FN_IN(st_signal) static void on_signal(int sig)
 {
     (void)sig;
     for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
-        pm_stacktrace_set_mode(mode);
-        sig_n[mode] = pm_stacktrace_capture(sig_pcs[mode], MAXF, 0);
+        pm_unwind_set_mode(mode);
+        sig_n[mode] = pm_unwind_capture(sig_pcs[mode], MAXF, 0);
     }
-    pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
 }
 
 static void test_signal_handler(void **state)
@@ -628,7 +629,7 @@ static int ctor_n = -1;
 
 FN_IN(st_ctor) __attribute__((constructor(101))) static void early_capture(void)
 {
-    ctor_n = pm_stacktrace_capture(ctor_pcs, MAXF, 0);
+    ctor_n = pm_unwind_capture(ctor_pcs, MAXF, 0);
 }
 
 static void test_constructor(void **state)
@@ -707,7 +708,7 @@ static int reload_n;
 
 FN_IN(st_reload_cb) static void reload_cb(void)
 {
-    reload_n = pm_stacktrace_capture(reload_pcs, MAXF, 0);
+    reload_n = pm_unwind_capture(reload_pcs, MAXF, 0);
     sink++;
 }
 
@@ -750,7 +751,7 @@ static void reload_pair(const char *first_name, const char *second_name)
             dlclose(h);
             skip(); /* not reloaded at the same address: nothing to test */
         }
-        pm_stacktrace_set_mode(PM_UNWIND_DWARF);
+        pm_unwind_set_mode(PM_UNWIND_DWARF);
         assert_int_equal(reload_call(h), 0);
         /* reload_cb, plug_call, reload_call, ... */
         assert_true(reload_n >= 3);
@@ -825,7 +826,7 @@ static int gb_n;
 
 static int gb_compar(const void *a, const void *b)
 {
-    if (!gb_n) gb_n = pm_stacktrace_capture(gb_pcs, MAXF, 0);
+    if (!gb_n) gb_n = pm_unwind_capture(gb_pcs, MAXF, 0);
     return *(const int *)a - *(const int *)b;
 }
 
@@ -834,7 +835,7 @@ static void giveback_child(void *arg)
     uintptr_t range[3] = {0, 0, (uintptr_t)arg};
     dl_iterate_phdr(lib_tables, range);
     if (range[1] <= range[0]) _exit(77); /* no read-only segment: nothing to check */
-    pm_stacktrace_pin_loaded();
+    pm_objects_pin_loaded();
     for (uintptr_t a = range[0]; a < range[1]; a += 4096) (void)*(const volatile uint8_t *)a;
     long before = pages_mapped(range[0], range[1]);
     if (before < 0) _exit(77);
@@ -898,7 +899,7 @@ static int un_n;
 
 static void unload_cb(void)
 {
-    un_n = pm_stacktrace_capture(un_pcs, MAXF, 0);
+    un_n = pm_unwind_capture(un_pcs, MAXF, 0);
     sink++;
 }
 
@@ -909,7 +910,7 @@ static void unload_child(void *arg)
     if (!h) _exit(3);
     void (*call)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(h, "plug_call");
     if (!call) _exit(3);
-    pm_stacktrace_pin_loaded(); /* the plugin is listed with the rest */
+    pm_objects_pin_loaded(); /* the plugin is listed with the rest */
     unload_cb();                /* through libc: a give-back now, the next 100 ms later */
     call(unload_cb);            /* reads the plugin's tables meanwhile */
     if (un_n < 3) _exit(4);

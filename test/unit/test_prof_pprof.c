@@ -1,4 +1,5 @@
-/* test_pprof.c — unit tests of the profile writers (src/pprof.c).
+/* test_prof_pprof.c — unit tests of the profile writers (src/prof_pprof.c,
+ * with prof_symbols.c and prof_encode.c).
  * Builds snapshots by hand from real return addresses of functions in this
  * binary, writes them, then decodes the result here (gunzip of stored
  * blocks with its own CRC32, a small protobuf reader) and checks it field by
@@ -48,7 +49,7 @@ __attribute__((visibility("default"), noinline)) uintptr_t pprof_fixture_site(vo
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pm_pprof.h"
+#include "pm_prof_pprof.h"
 #include "profile_reader.h"
 
 /* ---- call sites whose return addresses make the stacks ---------------- */
@@ -90,7 +91,7 @@ uintptr_t pprof_site_gamma(void)
 /* ---- allocation counting ---------------------------------------------- */
 
 /* This binary's malloc family (exported, so libc's own calls land here too)
- * counts calls while g_counting is set; pprof.c must make none. */
+ * counts calls while g_counting is set; the writers must make none. */
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
@@ -173,7 +174,7 @@ static char *run(const char *fmt, ...)
     return buf;
 }
 
-/* ---- ELF facts about this binary, read independently of pprof.c -------- */
+/* ---- ELF facts about this binary, read independently of the writers -- */
 
 /* GNU build id of an ELF file from its section headers, lowercase hex. */
 static void file_build_id(const char *path, char *hex, size_t cap)
@@ -482,7 +483,7 @@ static void test_go_pprof_reads_proto(void **state)
     free(top);
     char *lines_out = run("go tool pprof -top -lines '%s' '%s' 2>&1", g_exe, path);
     assert_non_null(strstr(lines_out, "pprof_site_beta"));
-    assert_non_null(strstr(lines_out, "test_pprof.c:"));
+    assert_non_null(strstr(lines_out, "test_prof_pprof.c:"));
     free(lines_out);
 
     /* without symbolization: the names written in-process */
@@ -685,7 +686,7 @@ static void test_errors(void **state)
     close(ok);
 }
 
-/* No malloc, calloc, realloc or free, by pprof.c or by libc on its behalf. */
+/* No malloc, calloc, realloc or free, by the writers or by libc on its behalf. */
 static void test_no_allocation(void **state)
 {
     (void)state;

@@ -1,15 +1,19 @@
-# test/unit/stacktrace.mk — unit test of the stack unwinder (src/stacktrace.c),
-# included by the top Makefile.  Uses BUILD, CC, PM_CFLAGS and CMOCKA_LIBS.
-# stacktrace.c is compiled into the test directly; the known call chain
-# (stacktrace_chain.c) is built twice: without and with frame pointers.
+# test/unit/prof_unwind.mk — unit tests of the stack unwinder, included by
+# the top Makefile.  Uses BUILD, CC, PM_CFLAGS and CMOCKA_LIBS.
+#   test_prof_unwind      the walks (prof_unwind.c, prof_objects.c,
+#                         prof_unwind_cfi.c compiled into the test directly);
+#                         the known call chain (stacktrace_chain.c) is built
+#                         twice: without and with frame pointers
+#   test_prof_unwind_cfi  the CFI decoder alone, on hand-built byte buffers
 
 ST_DIR := $(BUILD)/test/stacktrace
-ST_HDRS := src/pm.h src/pm_stacktrace.h src/pm_elf.h
+ST_HDRS := src/pm.h src/pm_prof_unwind.h src/pm_prof_unwind_cfi.h src/pm_prof_objects.h src/pm_elf.h
 ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls $(PM_NOSPLIT)
-ST_OBJS := $(ST_DIR)/stacktrace.o $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
-	$(ST_DIR)/test_stacktrace.o
+ST_SRCS := prof_unwind prof_objects prof_unwind_cfi
+ST_OBJS := $(ST_SRCS:%=$(ST_DIR)/%.o) $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
+	$(ST_DIR)/test_prof_unwind.o
 
-$(ST_DIR)/stacktrace.o: src/stacktrace.c $(ST_HDRS)
+$(ST_SRCS:%=$(ST_DIR)/%.o): $(ST_DIR)/%.o: src/%.c $(ST_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
@@ -25,11 +29,11 @@ $(ST_DIR)/chain_fp.o: test/unit/stacktrace_chain.c $(ST_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) $(ST_CHAIN_FLAGS) -fno-omit-frame-pointer -DCHAIN_PREFIX=fp -c $< -o $@
 
-$(ST_DIR)/test_stacktrace.o: test/unit/test_stacktrace.c test/unit/stacktrace_chain.c $(ST_HDRS)
+$(ST_DIR)/test_prof_unwind.o: test/unit/test_prof_unwind.c test/unit/stacktrace_chain.c $(ST_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -c $< -o $@
 
-$(BUILD)/test/test_stacktrace: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so \
+$(BUILD)/test/test_prof_unwind: $(ST_OBJS) $(ST_DIR)/plug_a.so $(ST_DIR)/plug_b.so \
 		$(ST_DIR)/plug_m1.so $(ST_DIR)/plug_m2.so $(ST_DIR)/plug_many.so \
 		$(ST_DIR)/needed/libstneeded.so $(ST_DIR)/other/libstneeded.so
 	@mkdir -p $(@D)
@@ -61,7 +65,12 @@ $(ST_DIR)/plug_%.so:
 	@mkdir -p $(@D)
 	$(CC) -shared -nostdlib $(PLUG_DEFS) $(filter %.S,$^) -o $@
 
-.PHONY: check-stacktrace
-CHECK_TARGETS += check-stacktrace
-check-stacktrace: $(BUILD)/test/test_stacktrace
-	ST_PLUG_DIR=$(ST_DIR) $(BUILD)/test/test_stacktrace
+$(BUILD)/test/test_prof_unwind_cfi: test/unit/test_prof_unwind_cfi.c src/prof_unwind_cfi.c src/pm_prof_unwind_cfi.h src/pm.h
+	@mkdir -p $(@D)
+	$(CC) $(PM_CFLAGS) test/unit/test_prof_unwind_cfi.c src/prof_unwind_cfi.c -o $@ $(CMOCKA_LIBS)
+
+.PHONY: check-prof-unwind
+CHECK_TARGETS += check-prof-unwind
+check-prof-unwind: $(BUILD)/test/test_prof_unwind $(BUILD)/test/test_prof_unwind_cfi
+	ST_PLUG_DIR=$(ST_DIR) $(BUILD)/test/test_prof_unwind
+	$(BUILD)/test/test_prof_unwind_cfi

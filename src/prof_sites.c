@@ -1,0 +1,467 @@
+/* prof_sites.c — the sampled allocation-site table.  A sampled allocation
+ * gets a record (address → bucket, weight) and its bucket, one per
+ * (call stack, requested size), accumulates unbiased estimates: each
+ * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
+ * subtracts the same.  Snapshots copy the buckets into mapped memory for
+ * prof_dump.c, which adds the stats and hands them to the writers.
+ * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
+ * lock per record shard (a shard holds the records of the spans that hash
+ * to it, and guards those spans' sampled-block fields).  No path holds two
+ * of them; bucket counters are atomics, so frees never take prof.lock.
+ * Must never: unwind, map memory or write a file while holding a lock —
+ * pools are refilled and tables grown with the lock dropped; never call
+ * malloc (everything comes from meta.c or pm_os_map), nor reach up to the
+ * stats, init or the dump API. */
+#include "pm_internal.h"
+#include "pm_prof_types.h"
+#include "pm_prof_unwind.h"
+
+#include <errno.h>
+
+/* Every table entry starts with this header; tables grow by rehashing. */
+typedef struct node {
+    struct node *next;            /* hash chain */
+    uint64_t hash;
+} node_t;
+
+typedef struct table {
+    node_t **heads;               /* nheads chains, nheads a power of two */
+    uint64_t nheads, count;
+} table_t;
+
+/* A call stack, interned: buckets of many sizes share it. */
+typedef struct stack {
+    node_t node;
+    uint32_t depth;
+    uintptr_t pcs[];              /* depth return addresses, leaf first */
+} stack_t;
+
+/* Weights are fixed point with FX_SHIFT fraction bits, so the counters can
+ * be atomics (at rate 1 every weight is exactly 1 << FX_SHIFT). */
+#define FX_SHIFT PM_WEIGHT_SHIFT
+#define FX_ONE PM_WEIGHT_ONE
+
+/* One (stack, requested size) pair: pprof's "bytes" label is exact.
+ * alloc_* >= free_* for each of objects and bytes, in fixed point. */
+typedef struct bucket {
+    node_t node;
+    const stack_t *stack;
+    uint64_t size;
+    _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
+} bucket_t;
+
+/* A live sampled block.  A small one also flags its page in the page map
+ * (so its free takes the slow path) and is counted in its span, whose
+ * pages are unflagged when the count returns to 0. */
+typedef struct record {
+    node_t node;                  /* node.next also links the free pool */
+    uintptr_t key;                /* the block's address */
+    bucket_t *bucket;
+    uint64_t weight;              /* fixed point */
+} record_t;
+
+#define SHARDS 16
+#define POOL_CHUNK 8
+#define ARENA_CHUNK ((size_t)64 * 1024)
+#define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
+#define STACK_EXTRA 16            /* room for the allocator's own frames */
+#define FIRST_HEADS 8 /* 64 bytes: most of the 16 shards hold a few records */
+
+typedef struct shard {
+    pm_lock_t lock;
+    table_t records;
+    record_t *free_records;
+} PM_ALIGNED(PM_CACHELINE) shard_t;
+
+static struct {
+    pm_lock_t lock;               /* the sites */
+    table_t stacks, buckets;
+    char *arena, *arena_end;      /* bump memory for stacks and buckets */
+    uint64_t start_ns;
+    shard_t shards[SHARDS];
+} prof = {.lock = PM_LOCK_INIT};
+
+static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
+
+void pm_sites_init(void)
+{
+    prof.start_ns = pm_os_now_ns();
+    pm_unwind_set_mode(pm_options.unwind_fp ? PM_UNWIND_FP : PM_UNWIND_DWARF);
+    /* return addresses into the allocator lie in (begin, end] */
+    pm_unwind_set_own_code((uintptr_t)&pm_text_begin + 1, (uintptr_t)&pm_text_end + 1);
+}
+
+/* Live sampled blocks: the records of every shard (read without locks). */
+uint64_t pm_sites_live_samples(void)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < SHARDS; i++) n += ((volatile shard_t *)&prof.shards[i])->records.count;
+    return n;
+}
+
+/* ---- tables and pools, grown with the lock dropped ------------------- */
+
+/* Chains only ever gain nodes at their head, published with a release
+ * store, so the bucket table can be searched without its lock. */
+static void table_link(table_t *t, node_t *n)
+{
+    node_t **head = &t->heads[n->hash & (t->nheads - 1)];
+    __atomic_store_n(&n->next, *head, __ATOMIC_RELAXED);
+    __atomic_store_n(head, n, __ATOMIC_RELEASE);
+}
+
+static void table_insert(table_t *t, node_t *n)
+{
+    table_link(t, n);
+    t->count++;
+}
+
+/* Lock-free readers of the bucket table see it through a view that is
+ * never changed once published; a grown table gets a new view, and the
+ * old head arrays are kept (they add up to a third of the live one). */
+typedef struct view {
+    uint64_t n;
+    node_t **heads;
+} view_t;
+static view_t bucket_views[64];
+static view_t *_Atomic bucket_view;
+static unsigned bucket_growths;
+
+/* Head arrays: small ones from the metadata pool (18 tables would waste a
+ * page each if mapped; the outgrown ones stay, a third of the live size at
+ * most), large ones mapped and unmapped when outgrown. */
+#define SMALL_HEADS ((size_t)16 * 1024)
+
+static node_t **heads_alloc(uint64_t n)
+{
+    size_t bytes = n * sizeof(node_t *);
+    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : pm_os_map(bytes, 0);
+}
+
+/* Called with `lock` held and returned with it held; may drop it to map a
+ * larger head array.  Returns 1 when it changed anything, 0 when the table
+ * has room for two more entries, -1 when out of memory. */
+static int table_room(pm_lock_t *lock, table_t *t)
+{
+    if (t->count + 2 <= t->nheads * 2) return 0;
+    uint64_t want = t->nheads ? t->nheads * 4 : FIRST_HEADS;
+    pm_unlock(lock);
+    node_t **heads = heads_alloc(want);
+    pm_lock(lock);
+    if (!heads) return -1;
+    node_t **old = heads;
+    uint64_t old_n = want;
+    if (want > t->nheads) { /* else another thread grew it meanwhile */
+        old = t->heads;
+        old_n = t->nheads;
+        t->heads = heads;
+        t->nheads = want;
+        /* count stays as it is: pm_sites_live_samples reads it without
+         * the lock (zeroed and counted up again, the stats' live samples
+         * fell by up to a shard's records while a table grew: a TSan run) */
+        for (uint64_t i = 0; i < old_n; i++) {
+            for (node_t *n = old[i], *next; n; n = next) {
+                next = n->next;
+                table_link(t, n);
+            }
+        }
+    }
+    if (t == &prof.buckets && old != heads) {
+        view_t *v = &bucket_views[bucket_growths++ & 63];
+        v->n = t->nheads;
+        v->heads = t->heads;
+        atomic_store_explicit(&bucket_view, v, memory_order_release);
+        old = NULL; /* a reader may still be walking it */
+    }
+    if (old && old_n * sizeof *old > SMALL_HEADS) {
+        pm_unlock(lock);
+        pm_os_unmap(old, old_n * sizeof *old);
+        pm_lock(lock);
+    }
+    return 1;
+}
+
+/* Takes prof.lock with room for a new stack and bucket. */
+static int lock_sites(void)
+{
+    pm_lock(&prof.lock);
+    for (;;) {
+        int r = 0;
+        if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+            pm_unlock(&prof.lock);
+            char *arena = pm_meta_alloc(ARENA_CHUNK);
+            pm_lock(&prof.lock);
+            if (!arena) r = -1;
+            else if ((size_t)(prof.arena_end - prof.arena) < ARENA_NEED) {
+                prof.arena = arena;
+                prof.arena_end = arena + ARENA_CHUNK;
+            }
+            if (r == 0) r = 1;
+        }
+        if (r == 0) r = table_room(&prof.lock, &prof.stacks);
+        if (r == 0) r = table_room(&prof.lock, &prof.buckets);
+        if (r == 0) return 0;
+        if (r < 0) {
+            pm_unlock(&prof.lock);
+            return -1;
+        }
+    }
+}
+
+/* Takes a shard's lock with room for one more record. */
+static int lock_shard(shard_t *sh)
+{
+    pm_lock(&sh->lock);
+    for (;;) {
+        int r = 0;
+        if (!sh->free_records) {
+            pm_unlock(&sh->lock);
+            record_t *recs = pm_meta_alloc(POOL_CHUNK * sizeof *recs);
+            pm_lock(&sh->lock);
+            if (!recs) r = -1;
+            for (int i = 0; recs && i < POOL_CHUNK; i++) {
+                recs[i].node.next = (node_t *)sh->free_records;
+                sh->free_records = &recs[i];
+            }
+            if (r == 0) r = 1;
+        }
+        if (r == 0) r = table_room(&sh->lock, &sh->records);
+        if (r == 0) return 0;
+        if (r < 0) {
+            pm_unlock(&sh->lock);
+            return -1;
+        }
+    }
+}
+
+static void *arena_take_locked(size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    void *p = prof.arena;
+    prof.arena += bytes;
+    return p;
+}
+
+static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
+{
+    uint64_t h = pm_mix64(depth);
+    for (uint32_t i = 0; i < depth; i++) h = pm_mix64(h ^ pcs[i]);
+    return h;
+}
+
+static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint32_t depth,
+                     uint64_t size)
+{
+    if (!b || b->node.hash != bh || b->size != size || b->stack->depth != depth) return 0;
+    for (uint32_t i = 0; i < depth; i++)
+        if (b->stack->pcs[i] != pcs[i]) return 0;
+    return 1;
+}
+
+/* The bucket of (stack, size).  A thread remembers the buckets it used
+ * last (buckets are never freed), so a hot site costs no lock; hashes are
+ * computed before the lock. */
+static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+{
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
+    bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
+    if (same_site(*cached, bh, pcs, depth, size)) return *cached;
+    const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
+    if (v) {
+        node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
+        for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
+            if (same_site((bucket_t *)n, bh, pcs, depth, size)) return *cached = (bucket_t *)n;
+    }
+    if (lock_sites() != 0) return NULL;
+    stack_t *st = NULL;
+    for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
+        stack_t *cand = (stack_t *)n;
+        if (n->hash != sh || cand->depth != depth) continue;
+        uint32_t i = 0;
+        while (i < depth && cand->pcs[i] == pcs[i]) i++;
+        if (i == depth) st = cand;
+    }
+    if (!st) {
+        st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
+        st->node.hash = sh;
+        st->depth = depth;
+        for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
+        table_insert(&prof.stacks, &st->node);
+    }
+    bucket_t *b = NULL;
+    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n && !b; n = n->next)
+        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == size) b = (bucket_t *)n;
+    if (!b) {
+        b = arena_take_locked(sizeof *b);
+        *b = (bucket_t){.node.hash = bh, .stack = st, .size = size};
+        table_insert(&prof.buckets, &b->node);
+    }
+    pm_unlock(&prof.lock);
+    *cached = b;
+    return b;
+}
+
+/* The link that points at the record with this key (or at NULL). */
+static record_t **find_locked(shard_t *sh, uintptr_t key)
+{
+    if (!sh->records.nheads) return NULL;
+    node_t **link = &sh->records.heads[pm_mix64(key) & (sh->records.nheads - 1)];
+    while (*link && ((record_t *)*link)->key != key) link = &(*link)->next;
+    return (record_t **)link;
+}
+
+static int in_allocator(uintptr_t pc)
+{
+    return pc > (uintptr_t)&pm_text_begin && pc <= (uintptr_t)&pm_text_end;
+}
+
+/* ---- sampling --------------------------------------------------------- */
+
+void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+{
+    if (t->in_profiler) return;
+    t->in_profiler = 1;
+    int saved_errno = errno;
+    uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
+    int n = pm_unwind_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
+    int skip = 0;
+    while (skip < n && in_allocator(raw[skip])) skip++;
+    uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
+    bucket_t *b = bucket_for(t, raw + skip, depth, size);
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+    pm_span_t *s = pm_pagemap_span(page);
+    shard_t *sh = shard_of(s);
+    if (b && lock_shard(sh) == 0) {
+        pm_relaxed_add(&b->alloc_objects, weight);
+        pm_relaxed_add(&b->alloc_bytes, weight * size);
+        record_t *r = sh->free_records;
+        sh->free_records = (record_t *)r->node.next;
+        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        table_insert(&sh->records, &r->node);
+        /* flag the block before it is handed out, so its free is seen */
+        if (s->cls) {
+            if (s->nsampled < 2) s->sampled[s->sampled[0] ? 1 : 0] = p;
+            else s->sampled_overflow = 1;
+            s->nsampled++;
+            pm_pagemap_mark_sampled(page, 1);
+        } else {
+            s->sample = r;
+        }
+        pm_unlock(&sh->lock);
+    }
+    errno = saved_errno;
+    t->in_profiler = 0;
+}
+
+void pm_free_sampled(pm_span_t *s, void *p)
+{
+    /* Most frees on a flagged page are of other blocks: tell them apart
+     * without a lock.  The span's fields for p were written before p was
+     * handed out, so they are visible here; a race with a sample of
+     * another block only concerns that block. */
+    if (s->cls) {
+        void *volatile *sampled = (void *volatile *)s->sampled;
+        if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
+            return;
+    }
+    shard_t *sh = shard_of(s);
+    pm_lock(&sh->lock);
+    record_t **link = find_locked(sh, (uintptr_t)p);
+    if (link && *link) {
+        record_t *r = *link;
+        pm_relaxed_add(&r->bucket->free_objects, r->weight);
+        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
+        *link = (record_t *)r->node.next;
+        r->node.next = (node_t *)sh->free_records;
+        sh->free_records = r;
+        sh->records.count--;
+        if (s->cls) {
+            if (s->sampled[0] == p) s->sampled[0] = NULL;
+            if (s->sampled[1] == p) s->sampled[1] = NULL;
+            if (--s->nsampled == 0) {
+                s->sampled_overflow = 0;
+                /* unflag: the bits only, so pages the carve has not
+                 * reached keep their class word at 0 (central.c) */
+                for (size_t i = 0; i < s->npages; i++) pm_pagemap_mark_sampled(s->page + i, 0);
+            }
+        }
+    }
+    if (s->cls == 0) s->sample = NULL;
+    pm_unlock(&sh->lock);
+}
+
+void pm_sites_lock_all(void)
+{
+    pm_lock(&prof.lock);
+    for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
+}
+
+void pm_sites_unlock_all(int child)
+{
+    for (int i = SHARDS; i-- > 0;) {
+        if (child) pm_lock_reset(&prof.shards[i].lock);
+        else pm_unlock(&prof.shards[i].lock);
+    }
+    if (child) pm_lock_reset(&prof.lock);
+    else pm_unlock(&prof.lock);
+}
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+/* Fixed point to the nearest whole number; a difference that went
+ * negative (a free counted before the sample it matches was) reads 0. */
+static uint64_t round_fx(uint64_t total, uint64_t freed)
+{
+    return total > freed ? (total - freed + FX_ONE / 2) >> FX_SHIFT : 0;
+}
+
+int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem)
+{
+    snap->sample_rate = pm_sampler_rate();
+    snap->time_ns = pm_os_now_ns();
+    snap->duration_ns = snap->time_ns > prof.start_ns ? snap->time_ns - prof.start_ns : 0;
+    for (;;) {
+        pm_lock(&prof.lock);
+        uint64_t want = prof.buckets.count + 16;
+        pm_unlock(&prof.lock);
+        size_t bytes = want * (sizeof(pm_prof_sample_t) + PM_STACK_MAX * sizeof(uintptr_t));
+        char *base = pm_os_map(bytes, 0);
+        if (!base) {
+            errno = ENOMEM;
+            return -1;
+        }
+        pm_prof_sample_t *samples = (pm_prof_sample_t *)base;
+        uintptr_t *stacks = (uintptr_t *)(base + want * sizeof(pm_prof_sample_t));
+        pm_lock(&prof.lock);
+        if (prof.buckets.count > want) {
+            pm_unlock(&prof.lock);
+            pm_os_unmap(base, bytes);
+            continue;
+        }
+        size_t n = 0;
+        for (uint64_t h = 0; h < prof.buckets.nheads; h++) {
+            for (node_t *node = prof.buckets.heads[h]; node; node = node->next) {
+                const bucket_t *b = (const bucket_t *)node;
+                uintptr_t *pcs = stacks + n * PM_STACK_MAX;
+                for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
+                uint64_t ao = pm_relaxed_load(&b->alloc_objects), ab = pm_relaxed_load(&b->alloc_bytes);
+                uint64_t fo = pm_relaxed_load(&b->free_objects), fb = pm_relaxed_load(&b->free_bytes);
+                samples[n++] = (pm_prof_sample_t){
+                    .alloc_objects = round_fx(ao, 0),
+                    .alloc_bytes = round_fx(ab, 0),
+                    .inuse_objects = round_fx(ao, fo),
+                    .inuse_bytes = round_fx(ab, fb),
+                    .size = b->size,
+                    .depth = b->stack->depth,
+                    .pcs = pcs,
+                };
+            }
+        }
+        pm_unlock(&prof.lock);
+        snap->samples = samples;
+        snap->nsamples = n;
+        mem->base = base;
+        mem->bytes = bytes;
+        return 0;
+    }
+}

@@ -1,0 +1,468 @@
+/* test_central.c — unit tests of src/central.c: gets and puts of chains, the
+ * transfer slots, short gets, the park cap (the release of free spans,
+ * malloc_trim, stays in test_core.c with the page heap's tests). */
+#include "core_test.h"
+
+/* ======================================================================
+ * central.c  (classes no other test uses: 176, 208, 896, 1024, 1152, 1536 B)
+ * ==================================================================== */
+
+
+
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+
+/* Checks every object of a chain and the central invariants; `objs` gets
+ * the objects (n of them). */
+static void check_chain(unsigned cls, void *chain, uint32_t n, void **objs)
+{
+    size_t size = pm_class_size[cls];
+    uint32_t i = 0;
+    for (void *p = chain; p; p = pm_link_get(p)) {
+        assert_true(i < n);
+        objs[i++] = p;
+    }
+    assert_int_equal(i, n);
+    for (i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)objs[i], page = a >> PM_PAGE_SHIFT;
+        pm_span_t *s = pm_pagemap_span(page);
+        assert_non_null(s);
+        assert_int_equal(s->cls, cls);
+        assert_int_equal(s->state, PM_SPAN_IN_USE);
+        assert_int_equal(s->npages, pm_class_pages[cls]);
+        assert_int_equal(pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)] & 0xff, cls);
+        assert_int_equal(a % PM_ALIGNMENT, 0);
+        uintptr_t off = a - (s->page << PM_PAGE_SHIFT);
+        assert_int_equal(off % size, 0);
+        assert_true(off + size <= s->npages * PAGE);
+    }
+    qsort(objs, n, sizeof *objs, cmp_ptr);
+    for (i = 1; i < n; i++) assert_true((uintptr_t)objs[i] >= (uintptr_t)objs[i - 1] + size);
+}
+
+static void check_span_invariant(const pm_span_t *s)
+{
+    assert_int_equal(s->capacity, s->npages * PAGE / pm_class_size[s->cls]);
+    assert_true(s->carved <= s->capacity);
+    assert_int_equal(s->allocated + freelist_len(s) + (s->capacity - s->carved), s->capacity);
+}
+
+/* Σ allocated over the spans of `objs` == out + parked, for a class whose
+ * every span holds one of objs (objs: held or parked in slots), and parked
+ * is the sum of the slots' counts, each 1..batch. */
+static void check_central_invariant(unsigned cls, void **objs, size_t n)
+{
+    pm_central_t *c = pm_central_of(cls);
+    pm_span_t *seen[256];
+    size_t nseen = 0;
+    uint64_t allocated = 0;
+    for (size_t i = 0; i < n; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)objs[i] >> PM_PAGE_SHIFT);
+        size_t j = 0;
+        while (j < nseen && seen[j] != s) j++;
+        if (j < nseen) continue;
+        assert_true(nseen < PM_ARRAY_LEN(seen));
+        seen[nseen++] = s;
+        check_span_invariant(s);
+        allocated += s->allocated;
+    }
+    uint64_t parked = 0;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        assert_in_range(c->slot_n[i], 1, pm_class_batch[cls]);
+        parked += c->slot_n[i];
+    }
+    assert_int_equal(parked, c->parked);
+    assert_int_equal(allocated, c->out + c->parked);
+    assert_int_equal(c->spans, nseen);
+}
+
+static void test_central_get_put(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(208);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t cap = pm_class_pages[cls] * PAGE / 208;
+    /* untouched class: not set up yet (set up at first use) or empty */
+    assert_true(c->nonempty.next == NULL || c->nonempty.next == &c->nonempty);
+    assert_int_equal(c->nslots, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    uint32_t n = 2 * cap + 5, got = 0; /* three spans, not a batch */
+    assert_true(n != pm_class_batch[cls]);
+    void *chain = pm_central_get(cls, n, &got);
+    assert_non_null(chain);
+    assert_int_equal(got, n);
+    void **objs = calloc(n, sizeof *objs);
+    check_chain(cls, chain, n, objs);
+    assert_int_equal(c->out, n);
+    assert_int_equal(c->spans, 3);
+    assert_int_equal(ph_stats().in_use - before.in_use, 3 * pm_class_pages[cls] * PAGE);
+    check_central_invariant(cls, objs, n);
+    /* only the partly carved span is still on the nonempty list */
+    assert_ptr_not_equal(c->nonempty.next, &c->nonempty);
+    assert_ptr_equal(c->nonempty.next->next, &c->nonempty);
+    assert_int_equal(c->nonempty.next->carved, 5);
+
+    /* back one at a time, but keep one object of each span */
+    pm_span_t *spans[3] = {0};
+    void *keep[3] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)objs[i] >> PM_PAGE_SHIFT);
+        int k = 0;
+        while (k < 3 && spans[k] && spans[k] != s) k++;
+        assert_true(k < 3);
+        if (!spans[k]) {
+            spans[k] = s;
+            keep[k] = objs[i];
+            continue;
+        }
+        pm_link_set(objs[i], NULL);
+        pm_central_put(cls, objs[i], 1);
+    }
+    assert_int_equal(c->out, 3);
+    assert_int_equal(c->spans, 3);
+    assert_int_equal(ph_stats().in_use - before.in_use, 3 * pm_class_pages[cls] * PAGE);
+    /* single objects park, each joining the newest slot until it holds a
+     * batch: n - 3 objects fill the fewest slots */
+    uint32_t batch = pm_class_batch[cls];
+    assert_true((uint64_t)c->max_slots * batch >= n - 3);
+    assert_int_equal(c->parked, n - 3);
+    assert_int_equal(c->nslots, (n - 3 + batch - 1) / batch);
+    for (uint32_t i = 0; i + 1 < c->nslots; i++) assert_int_equal(c->slot_n[i], batch);
+    check_central_invariant(cls, keep, 3);
+    /* draining the slots puts them back into their spans, which stay */
+    pm_central_drain();
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->spans, 3);
+    check_central_invariant(cls, keep, 3);
+    /* the last object of a span sends the span back to the page heap, once
+     * it leaves the slots */
+    for (int k = 0; k < 3; k++) {
+        uint64_t in_use = ph_stats().in_use;
+        pm_link_set(keep[k], NULL);
+        pm_central_put(cls, keep[k], 1);
+        assert_int_equal(c->parked, 1);
+        assert_int_equal(ph_stats().in_use, in_use);
+        pm_central_drain();
+        assert_int_equal(in_use - ph_stats().in_use, pm_class_pages[cls] * PAGE);
+        assert_int_equal(c->spans, 2u - k);
+        uintptr_t page = spans[k]->page;
+        assert_int_equal(pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], 0);
+    }
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->span_free, 0);
+    assert_ptr_equal(c->nonempty.next, &c->nonempty);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+
+    /* a whole chain back at once (longer than a batch: into the spans) */
+    assert_true(n > batch);
+    chain = pm_central_get(cls, n, &got);
+    assert_int_equal(got, n);
+    pm_central_put(cls, chain, n);
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(objs);
+}
+
+static void test_central_transfer_slots(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(896);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t batch = pm_class_batch[cls];
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    uint32_t got;
+    void *chain = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    void *objs[64];
+    check_chain(cls, chain, batch, objs);
+    assert_int_equal(c->out, batch);
+
+    /* a full batch parks in a slot */
+    pm_central_put(cls, chain, batch);
+    assert_int_equal(c->nslots, 1);
+    assert_int_equal(c->out, 0);
+    check_central_invariant(cls, objs, batch);
+    /* nothing went back to the spans */
+    uint64_t in_use = ph_stats().in_use;
+    assert_true(in_use > before.in_use);
+
+    /* the next batch get returns the same chain, O(1) */
+    void *again = pm_central_get(cls, batch, &got);
+    assert_ptr_equal(again, chain);
+    assert_int_equal(got, batch);
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, batch);
+    assert_int_equal(chain_len(again), batch);
+    void *objs2[64];
+    check_chain(cls, again, batch, objs2);
+    assert_memory_equal(objs, objs2, batch * sizeof(void *));
+
+    /* slots are bounded by max_slots: the rest goes into the spans */
+    uint32_t nb = c->max_slots + 1;
+    void **chains = calloc(nb, sizeof *chains);
+    chains[0] = again;
+    for (uint32_t i = 1; i < nb; i++) {
+        chains[i] = get_full(cls, batch);
+    }
+    for (uint32_t i = 0; i < nb; i++) pm_central_put(cls, chains[i], batch);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
+    assert_int_equal(c->out, 0);
+
+    /* a get of fewer than a slot holds splits the newest slot */
+    void *two = pm_central_get(cls, 2, &got);
+    assert_int_equal(got, 2);
+    assert_int_equal(chain_len(two), 2);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], batch - 2);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch - 2);
+    /* a get of what it holds takes the whole slot */
+    void *rest = pm_central_get(cls, batch - 2, &got);
+    assert_int_equal(got, batch - 2);
+    assert_int_equal(chain_len(rest), batch - 2);
+    assert_int_equal(c->nslots, c->max_slots - 1);
+    assert_int_equal(c->out, batch);
+    /* short chains join the newest slot while it has room for them */
+    void *one = rest;
+    rest = pm_link_get(one);
+    pm_link_set(one, NULL);
+    pm_central_put(cls, two, 2);  /* the newest slot is full: a slot of its own */
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], 2);
+    pm_central_put(cls, rest, batch - 3); /* joins it: 2 + batch - 3 < batch */
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->slot_n[c->nslots - 1], batch - 1);
+    assert_int_equal(chain_len(c->slots[c->nslots - 1]), batch - 1);
+    pm_central_put(cls, one, 1);          /* fills it to a batch */
+    assert_int_equal(c->slot_n[c->nslots - 1], batch);
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
+
+    /* malloc_trim's drain returns every parked object to its span, and the
+     * spans, now empty, to the page heap */
+    pm_central_drain();
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(c->span_free, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(chains);
+}
+
+/* The first n objects of *chain as a chain of their own; *chain keeps the
+ * rest. */
+static void *take_front(void **chain, uint32_t n)
+{
+    void *front = *chain, *last = front;
+    for (uint32_t i = 1; i < n; i++) last = pm_link_get(last);
+    *chain = pm_link_get(last);
+    pm_link_set(last, NULL);
+    return front;
+}
+
+/* A get that the class's old spans can serve only in part comes back short
+ * instead of opening a fresh span; once they are empty it opens one. */
+static void test_central_short_get(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(1536);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t cap = pm_class_pages[cls] * PAGE / pm_class_size[cls], got;
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_true(cap > 4);
+    pm_pageheap_stats_t before = ph_stats();
+
+    void *all = pm_central_get(cls, cap, &got); /* one fresh span, all of it */
+    assert_int_equal(got, cap);
+    assert_int_equal(c->spans, 1);
+    void *three = take_front(&all, 3);
+    pm_central_put(cls, three, 3);
+    pm_central_drain(); /* the three go back into their span */
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->span_free, 3);
+
+    void *a = pm_central_get(cls, cap, &got);
+    assert_int_equal(got, 3); /* short: no second span for the rest */
+    assert_int_equal(c->spans, 1);
+    assert_int_equal(chain_len(a), 3);
+    void *b = pm_central_get(cls, cap, &got); /* old spans empty: a fresh one */
+    assert_int_equal(got, cap);
+    assert_int_equal(c->spans, 2);
+
+    pm_central_put(cls, all, cap - 3);
+    pm_central_put(cls, a, 3);
+    pm_central_put(cls, b, cap);
+    pm_central_drain();
+    assert_int_equal(c->out, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
+/* Short chains with several slots: joining the newest slot, gets that take
+ * whole slots and split the next, short chains that find every slot taken,
+ * and the byte cap that keeps a big class's single objects out. */
+static void test_central_partial_slots(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(176);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t batch = pm_class_batch[cls], got;
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    void *a = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    assert_true(c->max_slots >= 3);
+    void *b = get_full(cls, batch);
+    void *b5 = take_front(&b, 5), *b10 = take_front(&b, 10); /* b keeps batch - 15 */
+
+    pm_central_put(cls, a, batch);
+    pm_central_put(cls, b5, 5); /* the newest slot is full: a slot of its own */
+    assert_int_equal(c->nslots, 2);
+    assert_int_equal(c->slot_n[1], 5);
+    pm_central_put(cls, b10, 10); /* joins it */
+    assert_int_equal(c->nslots, 2);
+    assert_int_equal(c->slot_n[1], 15);
+    assert_int_equal(chain_len(c->slots[1]), 15);
+    assert_int_equal(c->parked, batch + 15);
+
+    /* a batch: the newest slot whole (15), then 17 off the one below */
+    void *objs[64];
+    void *x = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    check_chain(cls, x, batch, objs);
+    assert_int_equal(c->nslots, 1);
+    assert_int_equal(c->slot_n[0], batch - 17);
+    assert_int_equal(chain_len(c->slots[0]), batch - 17);
+    assert_int_equal(c->parked, batch - 17);
+    /* more than is parked: what there is */
+    void *y = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch - 17);
+    assert_int_equal(chain_len(y), batch - 17);
+    assert_int_equal(c->nslots, 0);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->out, 2 * batch); /* x, y and what is left of b */
+
+    /* every slot taken by a full batch: a short chain goes to its spans */
+    void **full = calloc(c->max_slots, sizeof *full);
+    for (uint32_t i = 1; i < c->max_slots; i++) {
+        full[i] = get_full(cls, batch); /* from the spans */
+    }
+    pm_central_put(cls, x, batch);
+    for (uint32_t i = 1; i < c->max_slots; i++) pm_central_put(cls, full[i], batch);
+    assert_int_equal(c->nslots, c->max_slots);
+    uint64_t span_free = c->span_free;
+    void *y3 = take_front(&y, 3);
+    pm_central_put(cls, y3, 3);
+    assert_int_equal(c->nslots, c->max_slots);
+    assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
+    assert_int_equal(c->span_free, span_free + 3);
+    pm_central_put(cls, y, batch - 20);
+    pm_central_put(cls, b, batch - 15);
+    assert_int_equal(c->out, 0);
+    pm_central_drain();
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(full);
+
+    /* a class whose single object exceeds its cap: neither a short chain
+     * nor a full batch parks (each span goes straight back to the page
+     * heap) */
+    unsigned big = class_of_size(96 * 1024);
+    pm_central_t *cb = pm_central_of(big);
+    assert_true(pm_class_size[big] > 64 * 1024);
+    void *one = pm_central_get(big, 1, &got);
+    assert_int_equal(got, 1);
+    assert_int_equal(cb->spans, 1);
+    pm_central_put(big, one, 1);
+    assert_int_equal(cb->parked, 0);
+    assert_int_equal(cb->spans, 0);
+    void *two = pm_central_get(big, pm_class_batch[big], &got);
+    assert_int_equal(got, pm_class_batch[big]);
+    pm_central_put(big, two, pm_class_batch[big]);
+    assert_int_equal(cb->nslots, 0);
+    assert_int_equal(cb->parked, 0);
+    assert_int_equal(cb->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
+/* 1 if the OS page holding p is resident, else 0. */
+static void test_central_park_cap(void **state)
+{
+    (void)state;
+    unsigned small = class_of_size(1024), large = class_of_size(1152);
+    pm_central_t *cs = pm_central_of(small), *cl = pm_central_of(large);
+    uint32_t bs = pm_class_batch[small], bl = pm_class_batch[large];
+    size_t sl = pm_class_size[large];
+    assert_int_equal(cs->out, 0);
+    assert_int_equal(cl->out, 0);
+    pm_pageheap_stats_t before = ph_stats();
+
+    /* 1 KiB: full batches park up to 64 KiB, the next one goes home */
+    uint32_t fit = (uint32_t)(64 * 1024 / (bs * 1024));
+    assert_true(fit >= 2);
+    void **chains = calloc(fit + 1, sizeof *chains);
+    for (uint32_t i = 0; i <= fit; i++) chains[i] = get_full(small, bs);
+    for (uint32_t i = 0; i <= fit; i++) pm_central_put(small, chains[i], bs);
+    assert_int_equal(cs->parked, (uint64_t)fit * bs);
+    assert_true(cs->parked * 1024 <= 64 * 1024);
+    assert_int_equal(cs->out, 0);
+
+    /* above 1 KiB: a batch is more than 16 KiB and does not park ... */
+    assert_true((size_t)bl * sl > 16 * 1024);
+    void *batch = get_full(large, bl);
+    pm_central_put(large, batch, bl);
+    assert_int_equal(cl->parked, 0);
+    assert_int_equal(cl->nslots, 0);
+    assert_int_equal(cl->spans, 0); /* its spans emptied and went home */
+    /* ... short chains park while they stay within 16 KiB */
+    uint32_t cap = (uint32_t)(16 * 1024 / sl);
+    assert_true(cap >= 2 && cap < bl);
+    void *objs = get_full(large, bl);
+    for (uint32_t i = 0; i < bl; i++) {
+        void *o = take_front(&objs, 1);
+        pm_central_put(large, o, 1);
+        assert_int_equal(cl->parked, i < cap ? i + 1 : cap);
+    }
+    assert_true(cl->parked * sl <= 16 * 1024);
+    assert_int_equal(cl->out, 0);
+
+    pm_central_drain();
+    assert_int_equal(cs->spans, 0);
+    assert_int_equal(cl->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(chains);
+}
+
+
+/* ====================================================================== */
+
+int main(void)
+{
+    core_test_init();
+    const struct CMUnitTest central[] = {
+        cmocka_unit_test(test_central_get_put),
+        cmocka_unit_test(test_central_short_get),
+        cmocka_unit_test(test_central_transfer_slots),
+        cmocka_unit_test(test_central_partial_slots),
+        cmocka_unit_test(test_central_park_cap),
+    };
+    int failed = 0;
+    failed += cmocka_run_group_tests_name("central", central, NULL, NULL);
+    return failed ? 1 : 0;
+}

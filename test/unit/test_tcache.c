@@ -1,0 +1,609 @@
+/* test_tcache.c — unit tests of src/tcache.c: a thread's start, list lengths,
+ * registration and exit, the budget and its stealing, the pool of caches. */
+#include "core_test.h"
+
+/* ======================================================================
+ * tcache.c and alloc.c through pm_malloc & co.
+ * ==================================================================== */
+
+static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
+{
+    size_t cap = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        const pm_tlist_t *l = &t->list[c];
+        cap += (size_t)l->max_len * pm_class_size[c];
+        uint32_t n = 0;
+        for (void *p = l->head; p && n <= l->len; p = pm_link_get(p)) n++;
+        if (n != l->len) fail_msg("%s: class %u: len %u but %u on the list", where, c, l->len, n);
+    }
+    if (cap != t->capacity) fail_msg("%s: capacity %zu != Σ max_len·size %zu", where, t->capacity, cap);
+    size_t budget = atomic_load(&((pm_tcache_t *)t)->budget);
+    if (t->capacity > budget) fail_msg("%s: capacity %zu > budget %zu", where, t->capacity, budget);
+}
+
+typedef struct {
+    int state_before, state_after_malloc, state_after_free;
+    uint32_t max_len_first;
+    uint32_t grow_bad;           /* growth steps that broke slow start */
+    uint32_t grow_steps, max_len_end;
+    uint32_t len_over;           /* frees after which len > max_len */
+    uint32_t len_over_at, len_over_len, len_over_max;
+    uint64_t threads_in;
+    size_t capacity, budget, sum;
+    uint32_t bad_list;
+} slowstart_t;
+
+static void *slowstart_thread(void *arg)
+{
+    slowstart_t *r = arg;
+    unsigned cls = pm_sizeclass_of(64);
+    uint32_t batch = pm_class_batch[cls];
+    pm_tlist_t *l = &pm_tls.list[cls];
+    enum { N = 2000 };
+    static void *blocks[N];
+    r->state_before = pm_tls.state;
+    become_active();
+    blocks[0] = pm_malloc(64);
+    r->state_after_malloc = pm_tls.state;
+    r->max_len_first = l->max_len;
+    r->threads_in = stats().threads;
+    for (int i = 1; i < N; i++) {
+        uint32_t len = l->len, max = l->max_len;
+        blocks[i] = pm_malloc(64);
+        if (l->max_len != max) {
+            r->grow_steps++;
+            /* below a batch the limit doubles (capped at the batch);
+             * past it, it grows a batch per underflow */
+            uint32_t want = max >= batch ? max + batch : max * 2 <= batch ? max * 2 : batch;
+            if (len != 0 || l->max_len != want) r->grow_bad++;
+        }
+    }
+    r->max_len_end = l->max_len;
+    for (int i = 0; i < N; i++) {
+        pm_free(blocks[i]);
+        if (l->len > l->max_len && !r->len_over++) {
+            r->len_over_at = (uint32_t)i;
+            r->len_over_len = l->len;
+            r->len_over_max = l->max_len;
+        }
+    }
+    r->state_after_free = pm_tls.state;
+    size_t sum = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        sum += (size_t)pm_tls.list[c].max_len * pm_class_size[c];
+        if (pm_tls.list[c].len > pm_tls.list[c].max_len) r->bad_list++;
+    }
+    r->sum = sum;
+    r->capacity = pm_tls.capacity;
+    r->budget = atomic_load(&pm_tls.budget);
+    return NULL;
+}
+
+/* A thread whose first allocation comes in its last round of key
+ * destructors: glibc never calls profmalloc's exit hook for it.  Its cache
+ * must not stay in the registry as a pointer into its dead TLS: with the
+ * thread's stack reused by the next thread the registry became a cycle and
+ * stats hung; with the stack unmapped, stats crashed. */
+static pthread_key_t lr_key;
+static __thread int lr_rounds;
+static void *lr_last;
+
+static void lr_dtor(void *v)
+{
+    if (++lr_rounds < 4) { /* PTHREAD_DESTRUCTOR_ITERATIONS in glibc */
+        pthread_setspecific(lr_key, v); /* once more, in the next round */
+        return;
+    }
+    void *p = pm_malloc(64); /* the thread's first allocation */
+    pm_free(lr_last);
+    lr_last = p;
+}
+
+static void *lr_thread(void *arg)
+{
+    pthread_setspecific(lr_key, (void *)1);
+    return arg;
+}
+
+static void late_registration_child(void *arg)
+{
+    int no_robust_list = arg != NULL;
+    if (no_robust_list) {
+        /* new threads get no robust list: set_robust_list fails as under
+         * qemu-user, so the kernel never marks their node's owner dead */
+        struct sock_filter code[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_set_robust_list, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+            _exit(77);
+    }
+    if (pthread_key_create(&lr_key, lr_dtor) != 0) _exit(3);
+    for (int i = 0; i < 3; i++) { /* glibc reuses the stack (and TLS) */
+        pthread_t t;
+        if (pthread_create(&t, NULL, lr_thread, NULL) || pthread_join(t, NULL)) _exit(3);
+    }
+    profmalloc_stats_t s;
+    pm_stats_collect(&s); /* hung here */
+    /* a thread on a stack of our own, unmapped after it ends */
+    size_t sz = 256 * 1024;
+    void *stack = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstack(&at, stack, sz);
+    pthread_t t;
+    if (pthread_create(&t, &at, lr_thread, NULL) || pthread_join(t, NULL)) _exit(3);
+    munmap(stack, sz);
+    pm_stats_collect(&s); /* crashed here (without a robust list too) */
+    if (!no_robust_list && s.threads != 1) _exit(4); /* only this one lives */
+    for (int i = 0; i < 100; i++) pm_free(pm_malloc(100000)); /* budget walks too */
+    _exit(0);
+}
+
+static void test_tcache_registration_in_last_destructor_round(void **state)
+{
+    (void)state;
+    char out[256];
+    int st = run_in_child(late_registration_child, NULL, out, sizeof out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("child status %#x: %s", (unsigned)st, out);
+    /* where threads have no robust list, the walks stay off their caches */
+    st = run_in_child(late_registration_child, (void *)1, out, sizeof out);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) skip(); /* no seccomp here */
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("child (no robust list) status %#x: %s", (unsigned)st, out);
+}
+
+static void test_tcache_fresh_thread_and_slow_start(void **state)
+{
+    (void)state;
+    slowstart_t r;
+    memset(&r, 0, sizeof r);
+    uint64_t threads0 = stats().threads;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slowstart_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.state_before, PM_THREAD_EMPTY);
+    assert_int_equal(r.state_after_malloc, PM_THREAD_ACTIVE);
+    assert_int_equal(r.state_after_free, PM_THREAD_ACTIVE);
+    assert_int_equal(r.threads_in, threads0 + 1);
+    /* the first refill sets the limit to 4 objects (tcache.c FIRST_LEN)
+     * and doubles it: 8 after the first malloc (the batch of 64 B is 32) */
+    assert_int_equal(pm_class_batch[pm_sizeclass_of(64)], 32);
+    assert_int_equal(r.max_len_first, 8);
+    assert_true(r.grow_steps > 10);
+    assert_int_equal(r.grow_bad, 0);
+    assert_true(r.max_len_end > pm_class_batch[pm_sizeclass_of(64)]);
+    assert_int_equal(r.sum, r.capacity);
+    assert_true(r.capacity <= r.budget);
+    assert_int_equal(stats().threads, threads0);
+}
+
+/* pm_types.h: "len <= max_len, except while a free is deciding what to do
+ * with an overflow" -- so it holds again whenever pm_free has returned.
+ * The slow-start thread above frees 2000 blocks of 64 bytes after growing
+ * the list far beyond a batch, which makes the list shrink on overflow. */
+static void test_tcache_len_within_max_len(void **state)
+{
+    (void)state;
+    slowstart_t r;
+    memset(&r, 0, sizeof r);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slowstart_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.len_over)
+        fail_msg("len > max_len after %u of the frees (first after free #%u: len %u, max_len %u)",
+                 r.len_over, r.len_over_at, r.len_over_len, r.len_over_max);
+    assert_int_equal(r.bad_list, 0);
+}
+
+/* A thread that only frees (a consumer): each overflow sends the list's
+ * oldest batch to the central list and keeps the newest frees, so after
+ * every free the list is exactly the last `len` blocks freed, newest
+ * first, NULL-terminated.  (Releasing the newest batch instead keeps a
+ * cold object and walks the whole batch; a cut that miscounts breaks the
+ * length or the termination.) */
+enum { CONSUMER_N = 1000 };
+typedef struct {
+    void **blocks;
+    unsigned bad_at, overflows;
+    uint32_t bad_len, bad_walk;
+} consumer_t;
+
+static void *consumer_thread(void *arg)
+{
+    consumer_t *r = arg;
+    unsigned cls = pm_sizeclass_of(64);
+    for (unsigned i = 0; i < CONSUMER_N && !r->bad_at; i++) {
+        uint32_t before = pm_tls.list[cls].len;
+        pm_free(r->blocks[i]);
+        pm_tlist_t *l = &pm_tls.list[cls];
+        if (l->len < before) r->overflows++;
+        uint32_t walked = 0;
+        int ok = 1;
+        for (void *p = l->head; p && walked <= l->len; p = pm_link_get(p), walked++)
+            if (walked > i || p != r->blocks[i - walked]) ok = 0;
+        if (!ok || walked != l->len) {
+            r->bad_at = i + 1;
+            r->bad_len = l->len;
+            r->bad_walk = walked;
+        }
+    }
+    return NULL;
+}
+
+static void test_tcache_consumer_keeps_newest(void **state)
+{
+    (void)state;
+    consumer_t r = {0};
+    r.blocks = calloc(CONSUMER_N, sizeof *r.blocks);
+    assert_non_null(r.blocks);
+    for (unsigned i = 0; i < CONSUMER_N; i++) assert_non_null(r.blocks[i] = pm_malloc(64));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, consumer_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.bad_at)
+        fail_msg("after free #%u the list has len %u but walks %u objects, or not the newest frees",
+                 r.bad_at, r.bad_len, r.bad_walk);
+    /* the list overflowed many times: the check above covered the cut */
+    assert_true(r.overflows + 1 >= (unsigned)(CONSUMER_N / pm_class_batch[pm_sizeclass_of(64)]));
+    free(r.blocks);
+}
+
+typedef struct {
+    uint64_t threads_in, cache_in, own;
+} exit_t;
+
+static void *exit_thread(void *arg)
+{
+    exit_t *r = arg;
+    enum { N = 400 };
+    static void *b[N];
+    static const size_t sizes[] = {32, 256, 1024, 4096};
+    for (size_t k = 0; k < PM_ARRAY_LEN(sizes); k++) {
+        for (int i = 0; i < N; i++) b[i] = pm_malloc(sizes[k]);
+        for (int i = 0; i < N; i++) pm_free(b[i]);
+    }
+    uint64_t own = 0;
+    for (unsigned c = 1; c < pm_class_count; c++)
+        own += (uint64_t)pm_tls.list[c].len * pm_class_size[c];
+    r->own = own;
+    profmalloc_stats_t s = stats();
+    r->threads_in = s.threads;
+    r->cache_in = s.thread_cache;
+    return NULL;
+}
+
+static void test_tcache_exit_flushes(void **state)
+{
+    (void)state;
+    exit_t r = {0};
+    profmalloc_stats_t s0 = stats();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, exit_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    profmalloc_stats_t s1 = stats();
+    assert_true(r.own > 64 * 1024);
+    assert_int_equal(r.threads_in, s0.threads + 1);
+    assert_int_equal(r.cache_in, s0.thread_cache + r.own);
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.thread_cache, s0.thread_cache);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_stats_balance(&s1);
+}
+
+/* ---- DEAD state: a key destructor that runs after the allocator's ---- */
+
+static pthread_key_t late_key;
+static struct {
+    int state_at, state_after;
+    int malloc_ok, calloc_ok, realloc_ok, large_ok;
+    uint32_t max_len;
+    uint64_t parked_before, parked_after_get, parked_after_put;
+} dead;
+
+static void late_destructor(void *arg)
+{
+    dead.state_at = pm_tls.state;
+    /* the thread's flushed 128-byte list waits in the transfer slots; a
+     * dead thread's malloc takes one object from there, its free puts one
+     * back */
+    pm_central_t *c128 = pm_central_of(pm_sizeclass_of(128));
+    dead.parked_before = c128->parked;
+    void *r = pm_malloc(128);
+    dead.parked_after_get = c128->parked;
+    pm_free(r);
+    dead.parked_after_put = c128->parked;
+    void *keep = arg;
+    char *p = pm_malloc(100);
+    dead.malloc_ok = p != NULL && pm_usable_size(p) >= 100;
+    if (p) memset(p, 0x77, 100);
+    char *q = pm_calloc(10, 30);
+    dead.calloc_ok = q != NULL && all_zero(q, 296);
+    p = pm_realloc(p, 5000);
+    dead.realloc_ok = p != NULL && p[0] == 0x77 && p[99] == 0x77;
+    void *big = pm_malloc(1 << 20);
+    dead.large_ok = big != NULL;
+    pm_free(big);
+    pm_free(q);
+    pm_free(p);
+    pm_free(keep); /* allocated while the thread was ACTIVE */
+    dead.state_after = pm_tls.state;
+    dead.max_len = pm_tls.list[pm_sizeclass_of(128)].max_len;
+}
+
+static void *dead_thread(void *arg)
+{
+    (void)arg;
+    become_active();
+    void *keep = pm_malloc(128);
+    void *tmp = pm_malloc(128);
+    pm_free(tmp);
+    pthread_setspecific(late_key, keep);
+    return NULL;
+}
+
+static void test_tcache_dead_thread(void **state)
+{
+    (void)state;
+    /* created long after init, so after the allocator's key: glibc runs
+     * destructors in key order */
+    assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+    profmalloc_stats_t s0 = stats();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, dead_thread, NULL), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    profmalloc_stats_t s1 = stats();
+    pthread_key_delete(late_key);
+    assert_int_equal(dead.state_at, PM_THREAD_DEAD);
+    assert_int_equal(dead.state_after, PM_THREAD_DEAD);
+    assert_true(dead.malloc_ok);
+    assert_true(dead.calloc_ok);
+    assert_true(dead.realloc_ok);
+    assert_true(dead.large_ok);
+    assert_int_equal(dead.max_len, 0);
+    assert_true(dead.parked_before >= 1);
+    assert_int_equal(dead.parked_after_get, dead.parked_before - 1);
+    assert_int_equal(dead.parked_after_put, dead.parked_before);
+    /* nothing leaked into a cache that nobody owns, the thread is gone */
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_int_equal(s1.thread_cache, s0.thread_cache);
+    assert_stats_balance(&s1);
+}
+
+/* ---- budget invariant after a mixed workload, in several threads ----- */
+
+typedef struct {
+    unsigned seed;
+    size_t capacity, sum, budget;
+    uint32_t len_over;
+} budget_t;
+
+static void *budget_thread(void *arg)
+{
+    budget_t *r = arg;
+    enum { SLOTS = 4096 };
+    void **slot = calloc(SLOTS, sizeof *slot);
+    unsigned x = r->seed;
+    for (int i = 0; i < 200000; i++) {
+        x = x * 1103515245u + 12345u;
+        unsigned k = (x >> 8) % SLOTS;
+        if (slot[k]) {
+            pm_free(slot[k]);
+            slot[k] = NULL;
+        } else {
+            size_t size = (x >> 20) % 4 == 0 ? (x >> 4) % 32768 : (x >> 4) % 512;
+            slot[k] = pm_malloc(size);
+        }
+    }
+    for (int k = 0; k < SLOTS; k++) pm_free(slot[k]);
+    free(slot);
+    size_t sum = 0;
+    for (unsigned c = 1; c < pm_class_count; c++) {
+        sum += (size_t)pm_tls.list[c].max_len * pm_class_size[c];
+        if (pm_tls.list[c].len > pm_tls.list[c].max_len) r->len_over++;
+    }
+    r->sum = sum;
+    r->capacity = pm_tls.capacity;
+    r->budget = atomic_load(&pm_tls.budget);
+    return NULL;
+}
+
+static void test_tcache_budget_invariant(void **state)
+{
+    (void)state;
+    enum { T = 4 };
+    budget_t r[T];
+    pthread_t th[T];
+    memset(r, 0, sizeof r);
+    profmalloc_stats_t s0 = stats();
+    for (int i = 0; i < T; i++) {
+        r[i].seed = 1234u + (unsigned)i * 7919u;
+        assert_int_equal(pthread_create(&th[i], NULL, budget_thread, &r[i]), 0);
+    }
+    for (int i = 0; i < T; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(r[i].sum, r[i].capacity);
+        assert_true(r[i].capacity <= r[i].budget);
+        assert_true(r[i].budget <= pm_options.tcache_bytes);
+    }
+    profmalloc_stats_t s1 = stats();
+    assert_int_equal(s1.threads, s0.threads);
+    assert_int_equal(s1.in_use, s0.in_use);
+    assert_stats_balance(&s1);
+    /* the main thread's cache obeys it too */
+    void *p = pm_malloc(10);
+    pm_free(p);
+    check_tcache_invariants(&pm_tls, "main thread");
+}
+
+/* More live threads than the pool has budget for (32 MiB / 512 KiB = 64):
+ * every thread ends at its minimum and its lists keep asking for more.  A
+ * budget growth looks at a bounded number of other threads, and a thread
+ * that found nothing waits before it looks again: each growth used to walk
+ * every thread under one lock (1000 threads: 9 s, glibc 0.4 s). */
+enum { CROWD = 160 };
+static pthread_barrier_t crowd_barrier;
+
+static void *crowd_thread(void *arg)
+{
+    (void)arg;
+    enum { PER = 64 };
+    static const size_t sizes[] = {48, 96, 208, 448, 960, 2048, 4096, 8192};
+    void *b[PER];
+    pthread_barrier_wait(&crowd_barrier); /* all alive at once */
+    for (int round = 0; round < 40; round++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            for (int i = 0; i < PER; i++) assert_non_null(b[i] = pm_malloc(sizes[k]));
+            for (int i = 0; i < PER; i++) pm_free(b[i]);
+        }
+    pthread_barrier_wait(&crowd_barrier);
+    return NULL;
+}
+
+static void test_tcache_crowd_steals_bounded(void **state)
+{
+    (void)state;
+    uint64_t w0, v0, w1, v1;
+    pm_tcache_steal_work(&w0, &v0);
+    pthread_t th[CROWD];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 128 << 10);
+    assert_int_equal(pthread_barrier_init(&crowd_barrier, NULL, CROWD), 0);
+    for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_create(&th[i], &attr, crowd_thread, NULL), 0);
+    for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&crowd_barrier);
+    pthread_attr_destroy(&attr);
+    pm_tcache_steal_work(&w1, &v1);
+    uint64_t walks = w1 - w0, visits = v1 - v0;
+    assert_true(walks > 0);               /* the pool did run out */
+    assert_true(visits <= 16 * walks);    /* a few threads per look */
+    assert_true(walks <= (uint64_t)CROWD * 48); /* and few looks per thread (~16 here; 800 without the wait) */
+}
+
+/* One thread's cache never holds more than 1 MiB (tcache.c MAX_BUDGET),
+ * however much the global pool has left: a thread that cycles through
+ * blocks of 8..64 KiB grows its lists up to that cap and no further. */
+typedef struct {
+    size_t budget_max, capacity_max;
+    uint32_t over_budget;
+} cap_t;
+
+/* One round of 1.5 MB through the thread's cache: 48 blocks of 8..64 KiB
+ * allocated, then freed. */
+static void cycle_big_blocks(void)
+{
+    enum { N = 48 };
+    void *b[N];
+    for (int i = 0; i < N; i++) assert_non_null(b[i] = pm_malloc((size_t)8192 << (i % 4)));
+    for (int i = 0; i < N; i++) pm_free(b[i]);
+}
+
+static void *cap_thread(void *arg)
+{
+    cap_t *r = arg;
+    for (int round = 0; round < 40; round++) {
+        cycle_big_blocks();
+        size_t budget = atomic_load(&pm_tls.budget);
+        if (budget > r->budget_max) r->budget_max = budget;
+        if (pm_tls.capacity > r->capacity_max) r->capacity_max = pm_tls.capacity;
+        if (pm_tls.capacity > budget) r->over_budget++;
+    }
+    return NULL;
+}
+
+static void test_tcache_thread_cap(void **state)
+{
+    (void)state;
+    cap_t r = {0};
+    assert_true(pm_options.tcache_bytes > ((size_t)4 << 20)); /* the pool is not the limit */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cap_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.over_budget, 0);
+    assert_true(r.budget_max <= ((size_t)1 << 20));
+    /* the lists did grow to the cap: 1.5 MB of blocks cycle through them */
+    assert_true(r.capacity_max > ((size_t)1 << 20) / 2);
+}
+
+/* The global pool bounds the caches of threads that sleep, too: each of
+ * SLEEPERS threads in turn grows its cache as far as it can, then sleeps
+ * (as a Python thread waiting for the GIL does).  Once the pool is spent, a
+ * thread may take only budget that another's lists leave unused, so the
+ * caches together stay within PROFMALLOC_TCACHE_BYTES plus the 64 KiB floor
+ * each thread is granted when the pool is empty.  Taking used budget (the
+ * victim shrinking at a slow path it never reaches while asleep) let them
+ * reach SLEEPERS x 1 MiB. */
+enum { SLEEPERS = 48 };
+typedef struct {
+    sem_t grown, wake;
+    size_t capacity;
+} sleeper_t;
+
+static void *sleeper_thread(void *arg)
+{
+    sleeper_t *r = arg;
+    for (int round = 0; round < 20; round++) cycle_big_blocks();
+    r->capacity = pm_tls.capacity;
+    sem_post(&r->grown);
+    sem_wait(&r->wake);
+    return NULL;
+}
+
+static void test_tcache_pool_bounds_sleepers(void **state)
+{
+    (void)state;
+    sleeper_t *r = calloc(SLEEPERS, sizeof *r);
+    pthread_t th[SLEEPERS];
+    assert_non_null(r);
+    size_t total = 0, max = 0;
+    for (int i = 0; i < SLEEPERS; i++) {
+        sem_init(&r[i].grown, 0, 0);
+        sem_init(&r[i].wake, 0, 0);
+        assert_int_equal(pthread_create(&th[i], NULL, sleeper_thread, &r[i]), 0);
+        while (sem_wait(&r[i].grown) != 0) {
+        }
+        total += r[i].capacity;
+        if (r[i].capacity > max) max = r[i].capacity;
+    }
+    for (int i = 0; i < SLEEPERS; i++) sem_post(&r[i].wake);
+    for (int i = 0; i < SLEEPERS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < SLEEPERS; i++) {
+        sem_destroy(&r[i].grown);
+        sem_destroy(&r[i].wake);
+    }
+    free(r);
+    /* the first threads reached the per-thread cap, so the pool was spent */
+    assert_true(max > ((size_t)1 << 20) / 2);
+    assert_true((size_t)SLEEPERS * max > pm_options.tcache_bytes);
+    if (total > pm_options.tcache_bytes + (size_t)SLEEPERS * 64 * 1024)
+        fail_msg("%d sleeping threads cache %zu bytes, over the pool of %zu", SLEEPERS, total,
+                 (size_t)pm_options.tcache_bytes);
+}
+
+
+
+/* ====================================================================== */
+
+int main(void)
+{
+    core_test_init();
+    const struct CMUnitTest tcache[] = {
+        cmocka_unit_test(test_tcache_fresh_thread_and_slow_start),
+        cmocka_unit_test(test_tcache_len_within_max_len),
+        cmocka_unit_test(test_tcache_registration_in_last_destructor_round),
+        cmocka_unit_test(test_tcache_consumer_keeps_newest),
+        cmocka_unit_test(test_tcache_exit_flushes),
+        cmocka_unit_test(test_tcache_dead_thread),
+        cmocka_unit_test(test_tcache_budget_invariant),
+        cmocka_unit_test(test_tcache_crowd_steals_bounded),
+        cmocka_unit_test(test_tcache_thread_cap),
+        cmocka_unit_test(test_tcache_pool_bounds_sleepers),
+    };
+    int failed = 0;
+    failed += cmocka_run_group_tests_name("tcache", tcache, NULL, NULL);
+    return failed ? 1 : 0;
+}
