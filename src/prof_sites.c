@@ -1,8 +1,12 @@
 /* prof_sites.c — the sampled allocation-site table.  A sampled allocation
- * gets a record (address → bucket, weight) and its bucket, one per
+ * gets a record (address → bucket, weight, size) and its bucket, one per
  * (call stack, requested size), accumulates unbiased estimates: each
  * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
- * subtracts the same.  Snapshots copy the buckets into mapped memory for
+ * subtracts the same.  A stack's first EXACT_SIZES sizes get a bucket
+ * each; its later sizes share one bucket per power of two, whose bytes are
+ * still the exact sum of its samples' sizes (the profile shows its mean
+ * size): at most EXACT_SIZES + 64 buckets a stack, whatever the sizes, so
+ * the table and a dump's time grow with the stacks, not with the sizes.  Snapshots copy the buckets into mapped memory for
  * prof_dump.c, which adds the stats and hands them to the writers.
  * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
  * lock per record shard (a shard holds the records of the spans that hash
@@ -33,6 +37,7 @@ typedef struct table {
 typedef struct stack {
     node_t node;
     uint32_t depth;
+    uint32_t nsizes;              /* exact-size buckets, under prof.lock */
     uintptr_t pcs[];              /* depth return addresses, leaf first */
 } stack_t;
 
@@ -41,12 +46,16 @@ typedef struct stack {
 #define FX_SHIFT PM_WEIGHT_SHIFT
 #define FX_ONE PM_WEIGHT_ONE
 
-/* One (stack, requested size) pair: pprof's "bytes" label is exact.
- * alloc_* >= free_* for each of objects and bytes, in fixed point. */
+/* One (stack, requested size) pair: pprof's "bytes" label is exact; or
+ * (stack, GROUP | k): the stack's sizes in [2^k, 2^(k+1)) past its first
+ * EXACT_SIZES.  alloc_* >= free_* for each of objects and bytes, in fixed
+ * point.  test_harden: test_site_table_bounded. */
+#define EXACT_SIZES 16
+#define GROUP ((uint64_t)1 << 63)
 typedef struct bucket {
     node_t node;
     const stack_t *stack;
-    uint64_t size;
+    uint64_t size;                /* the size, or GROUP | k */
     _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
 } bucket_t;
 
@@ -58,6 +67,7 @@ typedef struct record {
     uintptr_t key;                /* the block's address */
     bucket_t *bucket;
     uint64_t weight;              /* fixed point */
+    uint64_t size;                /* requested (a group's bucket has many) */
 } record_t;
 
 #define SHARDS 16
@@ -258,20 +268,45 @@ static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint3
     return 1;
 }
 
-/* The bucket of (stack, size).  A thread remembers the buckets it used
- * last (buckets are never freed), so a hot site costs no lock; hashes are
- * computed before the lock. */
-static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+/* A size's key in its stack's group buckets. */
+static uint64_t group_key(uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
+    return GROUP | (uint64_t)(size ? 63 - __builtin_clzll(size) : 0);
+}
+
+/* A bucket with this key found without prof.lock: the thread's recent
+ * buckets, then the published view of the table. */
+static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const uintptr_t *pcs, uint32_t depth, uint64_t key)
+{
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
-    if (same_site(*cached, bh, pcs, depth, size)) return *cached;
+    if (same_site(*cached, bh, pcs, depth, key)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
     if (v) {
         node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
         for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
-            if (same_site((bucket_t *)n, bh, pcs, depth, size)) return *cached = (bucket_t *)n;
+            if (same_site((bucket_t *)n, bh, pcs, depth, key)) return *cached = (bucket_t *)n;
     }
+    return NULL;
+}
+
+static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key)
+{
+    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n; n = n->next)
+        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == key) return (bucket_t *)n;
+    return NULL;
+}
+
+/* The bucket of (stack, size), or of its size's group once the stack has
+ * EXACT_SIZES exact ones.  A thread remembers the buckets it used last
+ * (buckets are never freed), so a hot site costs no lock; hashes are
+ * computed before the lock. */
+static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+{
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
+    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ pm_mix64(gkey));
+    bucket_t *b = bucket_seen(t, bh, pcs, depth, size);
+    if (!b) b = bucket_seen(t, gh, pcs, depth, gkey);
+    if (b) return b;
     if (lock_sites() != 0) return NULL;
     stack_t *st = NULL;
     for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
@@ -285,19 +320,24 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
         st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
         st->node.hash = sh;
         st->depth = depth;
+        st->nsizes = 0;
         for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
         table_insert(&prof.stacks, &st->node);
     }
-    bucket_t *b = NULL;
-    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n && !b; n = n->next)
-        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == size) b = (bucket_t *)n;
+    b = find_bucket_locked(st, bh, size);
+    if (!b && st->nsizes >= EXACT_SIZES) {
+        bh = gh;
+        size = gkey;
+        b = find_bucket_locked(st, bh, size);
+    }
     if (!b) {
+        if (!(size & GROUP)) st->nsizes++;
         b = arena_take_locked(sizeof *b);
         *b = (bucket_t){.node.hash = bh, .stack = st, .size = size};
         table_insert(&prof.buckets, &b->node);
     }
     pm_unlock(&prof.lock);
-    *cached = b;
+    t->prof_sites[bh & 7] = b;
     return b;
 }
 
@@ -336,7 +376,8 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
         pm_relaxed_add(&b->alloc_bytes, weight * size);
         record_t *r = sh->free_records;
         sh->free_records = (record_t *)r->node.next;
-        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
+                        .size = size};
         table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {
@@ -370,7 +411,7 @@ void pm_free_sampled(pm_span_t *s, void *p)
     if (link && *link) {
         record_t *r = *link;
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
-        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
+        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->size);
         *link = (record_t *)r->node.next;
         r->node.next = (node_t *)sh->free_records;
         sh->free_records = r;
@@ -446,12 +487,15 @@ int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem)
                 for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
                 uint64_t ao = pm_relaxed_load(&b->alloc_objects), ab = pm_relaxed_load(&b->alloc_bytes);
                 uint64_t fo = pm_relaxed_load(&b->free_objects), fb = pm_relaxed_load(&b->free_bytes);
+                /* a group shows its mean size (its bytes are exact) */
+                uint64_t size = b->size;
+                if (size & GROUP) size = ao >= FX_ONE ? (ab + ao / 2) / ao : (uint64_t)1 << (size & 63);
                 samples[n++] = (pm_prof_sample_t){
                     .alloc_objects = round_fx(ao, 0),
                     .alloc_bytes = round_fx(ab, 0),
                     .inuse_objects = round_fx(ao, fo),
                     .inuse_bytes = round_fx(ab, fb),
-                    .size = b->size,
+                    .size = size,
                     .depth = b->stack->depth,
                     .pcs = pcs,
                 };

@@ -379,6 +379,25 @@ static void test_threads_born_in_destructors(void **state)
 
 /* ---- the profiler's memory with many sizes at one site ------------------ */
 
+/* The live objects and bytes of a legacy dump's header, written to and
+ * read back from a temporary file. */
+static int legacy_totals(unsigned long long *objs, unsigned long long *bytes)
+{
+    char path[] = "/tmp/pm-harden-totals-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    unlink(path);
+    int rc = profmalloc_dump_fd(fd, PROFMALLOC_FORMAT_LEGACY);
+    FILE *f = rc == 0 && lseek(fd, 0, SEEK_SET) == 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        close(fd);
+        return -1;
+    }
+    rc = fscanf(f, "heap profile: %llu: %llu", objs, bytes) == 2 ? 0 : -1;
+    fclose(f);
+    return rc;
+}
+
 static void many_sizes(void *arg)
 {
     (void)arg;
@@ -393,6 +412,22 @@ static void many_sizes(void *arg)
         else fill[sz % MAX_FILL] = p, free(p);
     }
     profmalloc_get_stats(&s1);
+    /* 3000 live blocks of sizes 1..3000 at one site: the profile's totals
+     * stay exact (rate 1) though most sizes share group buckets */
+    static void *live[3000];
+    uint64_t want = 0;
+    for (size_t i = 0; i < 3000; i++) want += i + 1;
+    unsigned long long o0, b0, o1, b1;
+    if (legacy_totals(&o0, &b0) != 0) _exit(7);
+    for (size_t i = 0; i < 3000; i++) live[i] = malloc(i + 1);
+    if (legacy_totals(&o1, &b1) != 0) _exit(8);
+    for (size_t i = 0; i < 3000; i++) free(live[i]);
+    /* the second dump's temporary file and stream are sampled too */
+    if (o1 - o0 < 3000 || o1 - o0 > 3004 || b1 - b0 < want || b1 - b0 > want + 4096) {
+        fprintf(stderr, "live %llu objects %llu bytes, want 3000 and %llu\n", o1 - o0, b1 - b0,
+                (unsigned long long)want);
+        _exit(13);
+    }
     /* one site: its buckets must not grow with the number of sizes (66 MB
      * for a million sizes before) */
     uint64_t grew = s1.metadata > s0.metadata ? s1.metadata - s0.metadata : 0;
