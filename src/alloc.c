@@ -46,25 +46,10 @@ static uint64_t sample_tick(pm_tcache_t *t, size_t size)
 
 /* ---- when the OS refuses memory --------------------------------------- */
 
-/* An allocation of `bytes` failed for want of memory: gives back what the
- * allocator holds (this thread's cache, the transfer slots, every free
- * page, released runs unmapped; other threads flush their caches at their
- * next slow path) and says whether a retry may succeed.  Not for a request
- * larger than all the heap holds (a malloc(1 << 45) caught as an error
- * would cost every warm free page each time).  test_harden:
- * test_recovery_after_aligned_fill. */
-static int reclaim(size_t bytes)
-{
-    pm_pageheap_stats_t st;
-    pm_pageheap_stats(&st);
-    if (bytes > st.mapped) return 0;
-    pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
-    pm_tcache_flush_others();
-    pm_central_drain();
-    pm_pageheap_release_all();
-    return 1;
-}
+/* An allocation of `bytes` failed for want of memory: the allocator gives
+ * back what it holds (pm_tcache_give_back) and says whether a retry may
+ * succeed.  test_harden: test_recovery_after_aligned_fill. */
+static int reclaim(size_t bytes) { return pm_tcache_give_back(bytes); }
 
 /* ---- large blocks: whole spans of pages ------------------------------ */
 

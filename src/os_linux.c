@@ -82,6 +82,18 @@ void *pm_os_map(size_t size, size_t align)
     return (void *)aligned;
 }
 
+static int (*_Atomic give_back)(size_t);
+
+void pm_os_set_give_back(int (*fn)(size_t size)) { atomic_store(&give_back, fn); }
+
+void *pm_os_map_scratch(size_t size)
+{
+    void *p = pm_os_map(size, 0);
+    int (*fn)(size_t) = atomic_load(&give_back);
+    if (!p && fn && fn(size)) p = pm_os_map(size, 0);
+    return p;
+}
+
 int pm_os_unmap(void *addr, size_t size)
 {
     if (size && faulted(PM_OS_FAULT_UNMAP)) return -1;

@@ -174,6 +174,13 @@ void pm_tcache_flush_all(pm_tcache_t *t);
 /* Asks every other thread to flush its cache at its next slow path (the
  * OS refused memory: alloc.c reclaim). */
 void pm_tcache_flush_others(void);
+/* The OS refused `bytes`: gives back what the allocator holds (the calling
+ * thread's cache, the others' at their next slow path, the transfer slots,
+ * every free page, released runs unmapped) and says whether trying again
+ * may succeed: not for a request larger than all the heap holds (a
+ * malloc(1 << 45) caught as an error would cost every warm free page each
+ * time).  Takes and drops the allocator's locks: call it holding none. */
+int pm_tcache_give_back(size_t bytes);
 /* Adds each class's objects in the live threads' caches to counts[class]
  * and gives the number of live threads (racy reads of other threads'
  * lengths: a snapshot for reports). */

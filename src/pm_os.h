@@ -38,6 +38,12 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
  * the range is not aligned to its pages (a kernel with pages above 8 KiB),
  * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
+/* pm_os_map(size, 0) for scratch memory (a dump's buffers), tried once
+ * more when refused, after the give-back function set here (the
+ * allocator's, at init) has returned memory it held: a dump after an
+ * out-of-memory episode works whenever malloc would. */
+void *pm_os_map_scratch(size_t size);
+void pm_os_set_give_back(int (*fn)(size_t size));
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
 /* Tests: the memory calls above fail, as the kernel's would, per_1024 times
  * in 1024 (0: never, the default); map covers pm_os_map, reserve and the

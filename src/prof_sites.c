@@ -466,7 +466,7 @@ int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem)
         uint64_t want = prof.buckets.count + 16;
         pm_unlock(&prof.lock);
         size_t bytes = want * (sizeof(pm_prof_sample_t) + PM_STACK_MAX * sizeof(uintptr_t));
-        char *base = pm_os_map(bytes, 0);
+        char *base = pm_os_map_scratch(bytes);
         if (!base) {
             errno = ENOMEM;
             return -1;

@@ -69,6 +69,19 @@ static _Atomic uint32_t flush_requests;
 
 void pm_tcache_flush_others(void) { pm_relaxed_add(&flush_requests, 1); }
 
+int pm_tcache_give_back(size_t bytes)
+{
+    pm_pageheap_stats_t st;
+    pm_pageheap_stats(&st);
+    if (bytes > st.mapped) return 0;
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
+    pm_tcache_flush_others();
+    pm_central_drain();
+    pm_pageheap_release_all();
+    return 1;
+}
+
 /* Obeys a flush request made since the thread last looked. */
 static void maybe_flush(pm_tcache_t *t)
 {
@@ -82,6 +95,7 @@ void pm_tcache_init(void)
 {
     atomic_store(&unclaimed, (int64_t)pm_options.tcache_bytes);
     pthread_key_create(&exit_key, pm_tcache_thread_exit);
+    pm_os_set_give_back(pm_tcache_give_back); /* the profiler's scratch maps */
 }
 
 static size_t claim(size_t want)
