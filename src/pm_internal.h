@@ -248,6 +248,7 @@ PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
 }
 void pm_sites_init(void);
 uint64_t pm_sites_live_samples(void);
+uint64_t pm_sites_mapped_bytes(void); /* records and large tables (metadata) */
 void pm_sites_lock_all(void);
 void pm_sites_unlock_all(int child);
 

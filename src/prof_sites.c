@@ -71,7 +71,21 @@ typedef struct record {
 } record_t;
 
 #define SHARDS 16
-#define POOL_CHUNK 8
+/* Records come from slabs of SLAB_BYTES, mapped on their alignment, so a
+ * record finds its slab by masking.  A slab whose records are all free is
+ * unmapped, unless it is its shard's last one with room: at rate 1 a fill
+ * until malloc failed left 166-173 MB of records behind, and
+ * malloc(200 MiB) failed where glibc's and rate 0's succeeded
+ * (test_harden: test_rate1_metadata_returned). */
+#define SLAB_BYTES ((size_t)16 * 1024)
+typedef struct slab {
+    struct slab *next, *prev;     /* the shard's slabs with a free record */
+    record_t *free;               /* its free records */
+    uint32_t live, cap;
+    uint8_t listed;
+} slab_t;
+#define SLAB_FIRST ((sizeof(slab_t) + sizeof(record_t) - 1) / sizeof(record_t))
+#define SLAB_RECORDS (SLAB_BYTES / sizeof(record_t) - SLAB_FIRST)
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
@@ -80,7 +94,8 @@ typedef struct record {
 typedef struct shard {
     pm_lock_t lock;
     table_t records;
-    record_t *free_records;
+    slab_t *slabs;                /* those with a free record */
+    uint64_t nslabs;              /* all of them (stats: metadata) */
 } PM_ALIGNED(PM_CACHELINE) shard_t;
 
 static struct {
@@ -90,6 +105,23 @@ static struct {
     uint64_t start_ns;
     shard_t shards[SHARDS];
 } prof = {.lock = PM_LOCK_INIT};
+
+/* Bytes mapped here for records and large head arrays (stats: metadata). */
+static _Atomic uint64_t mapped_bytes;
+
+uint64_t pm_sites_mapped_bytes(void) { return pm_relaxed_load(&mapped_bytes); }
+
+static void *map_counted(size_t bytes, size_t align)
+{
+    void *p = pm_os_map(bytes, align);
+    if (p) pm_relaxed_add(&mapped_bytes, bytes);
+    return p;
+}
+
+static void unmap_counted(void *p, size_t bytes)
+{
+    if (pm_os_unmap(p, bytes) == 0) atomic_fetch_sub_explicit(&mapped_bytes, bytes, memory_order_relaxed);
+}
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
 
@@ -145,7 +177,7 @@ static unsigned bucket_growths;
 static node_t **heads_alloc(uint64_t n)
 {
     size_t bytes = n * sizeof(node_t *);
-    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : pm_os_map(bytes, 0);
+    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : map_counted(bytes, 0);
 }
 
 /* Called with `lock` held and returned with it held; may drop it to map a
@@ -185,7 +217,7 @@ static int table_room(pm_lock_t *lock, table_t *t)
     }
     if (old && old_n * sizeof *old > SMALL_HEADS) {
         pm_unlock(lock);
-        pm_os_unmap(old, old_n * sizeof *old);
+        unmap_counted(old, old_n * sizeof *old);
         pm_lock(lock);
     }
     return 1;
@@ -218,21 +250,74 @@ static int lock_sites(void)
     }
 }
 
+static slab_t *slab_init(slab_t *sl)
+{
+    record_t *recs = (record_t *)sl + SLAB_FIRST;
+    sl->free = NULL;
+    for (size_t i = SLAB_RECORDS; i-- > 0;) {
+        recs[i].node.next = (node_t *)sl->free;
+        sl->free = &recs[i];
+    }
+    sl->live = 0;
+    sl->cap = (uint32_t)SLAB_RECORDS;
+    return sl;
+}
+
+static void slab_link_locked(shard_t *sh, slab_t *sl)
+{
+    sl->prev = NULL;
+    sl->next = sh->slabs;
+    if (sh->slabs) sh->slabs->prev = sl;
+    sh->slabs = sl;
+    sl->listed = 1;
+    if (sl->live == 0) sh->nslabs++;
+}
+
+static void slab_unlink_locked(shard_t *sh, slab_t *sl)
+{
+    if (sl->prev) sl->prev->next = sl->next;
+    else sh->slabs = sl->next;
+    if (sl->next) sl->next->prev = sl->prev;
+    sl->listed = 0;
+}
+
+static record_t *record_take_locked(shard_t *sh)
+{
+    slab_t *sl = sh->slabs;
+    record_t *r = sl->free;
+    sl->free = (record_t *)r->node.next;
+    sl->live++;
+    if (!sl->free) slab_unlink_locked(sh, sl);
+    return r;
+}
+
+/* Gives r back to its slab; returns the slab when it is now empty and not
+ * the shard's last with room, for the caller to unmap after unlocking. */
+static slab_t *record_put_locked(shard_t *sh, record_t *r)
+{
+    slab_t *sl = (slab_t *)((uintptr_t)r & ~(uintptr_t)(SLAB_BYTES - 1));
+    r->node.next = (node_t *)sl->free;
+    sl->free = r;
+    if (!sl->listed) slab_link_locked(sh, sl);
+    if (--sl->live) return NULL;
+    if (sh->slabs == sl && !sl->next) return NULL; /* kept for the next sample */
+    slab_unlink_locked(sh, sl);
+    sh->nslabs--;
+    return sl;
+}
+
 /* Takes a shard's lock with room for one more record. */
 static int lock_shard(shard_t *sh)
 {
     pm_lock(&sh->lock);
     for (;;) {
         int r = 0;
-        if (!sh->free_records) {
+        if (!sh->slabs) {
             pm_unlock(&sh->lock);
-            record_t *recs = pm_meta_alloc(POOL_CHUNK * sizeof *recs);
+            slab_t *sl = map_counted(SLAB_BYTES, SLAB_BYTES);
             pm_lock(&sh->lock);
-            if (!recs) r = -1;
-            for (int i = 0; recs && i < POOL_CHUNK; i++) {
-                recs[i].node.next = (node_t *)sh->free_records;
-                sh->free_records = &recs[i];
-            }
+            if (!sl) r = -1;
+            else slab_link_locked(sh, slab_init(sl));
             if (r == 0) r = 1;
         }
         if (r == 0) r = table_room(&sh->lock, &sh->records);
@@ -374,8 +459,7 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
-        record_t *r = sh->free_records;
-        sh->free_records = (record_t *)r->node.next;
+        record_t *r = record_take_locked(sh);
         *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
                         .size = size};
         table_insert(&sh->records, &r->node);
@@ -394,6 +478,37 @@ void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 0;
 }
 
+/* A shard's record table, mostly empty after its samples went, gets heads
+ * for four times its records (mapped without the lock; the old ones are
+ * unmapped after it). */
+static void shrink_records(shard_t *sh)
+{
+    pm_lock(&sh->lock);
+    uint64_t want = FIRST_HEADS;
+    while (want < sh->records.count * 4) want *= 2;
+    int still = want * 4 <= sh->records.nheads;
+    pm_unlock(&sh->lock);
+    if (!still) return;
+    node_t **heads = heads_alloc(want);
+    if (!heads) return;
+    pm_lock(&sh->lock);
+    node_t **old = heads;
+    uint64_t old_n = want;
+    if (want * 4 <= sh->records.nheads && sh->records.count * 2 <= want) {
+        old = sh->records.heads;
+        old_n = sh->records.nheads;
+        sh->records.heads = heads;
+        sh->records.nheads = want;
+        for (uint64_t i = 0; i < old_n; i++)
+            for (node_t *n = old[i], *next; n; n = next) {
+                next = n->next;
+                table_link(&sh->records, n);
+            }
+    }
+    pm_unlock(&sh->lock);
+    if (old_n * sizeof *old > SMALL_HEADS) unmap_counted(old, old_n * sizeof *old);
+}
+
 void pm_free_sampled(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
@@ -406,6 +521,7 @@ void pm_free_sampled(pm_span_t *s, void *p)
             return;
     }
     shard_t *sh = shard_of(s);
+    slab_t *empty = NULL;
     pm_lock(&sh->lock);
     record_t **link = find_locked(sh, (uintptr_t)p);
     if (link && *link) {
@@ -413,8 +529,7 @@ void pm_free_sampled(pm_span_t *s, void *p)
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
         pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->size);
         *link = (record_t *)r->node.next;
-        r->node.next = (node_t *)sh->free_records;
-        sh->free_records = r;
+        empty = record_put_locked(sh, r);
         sh->records.count--;
         if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
@@ -428,7 +543,10 @@ void pm_free_sampled(pm_span_t *s, void *p)
         }
     }
     if (s->cls == 0) s->sample = NULL;
+    int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
     pm_unlock(&sh->lock);
+    if (empty) unmap_counted(empty, SLAB_BYTES);
+    if (shrink) shrink_records(sh);
 }
 
 void pm_sites_lock_all(void)

@@ -56,17 +56,6 @@ static size_t vm_size(void)
     return pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-static size_t vm_rss(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0, rss = 0;
-    if (f) {
-        if (fscanf(f, "%lu %lu", &pages, &rss) != 2) rss = 0;
-        fclose(f);
-    }
-    return rss * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 /* RLIMIT_AS at what is mapped now plus `extra` bytes. */
 static void limit_as(size_t extra)
 {
@@ -111,7 +100,8 @@ static void df_other_thread(void *arg)
 static void df_realloc(void *arg)
 {
     (void)arg;
-    (void)realloc(blk_a, 5000); /* another class: a move, then a free */
+    void *volatile q = realloc(blk_a, 5000); /* another class: a move, then a free */
+    (void)q;
 }
 
 /* glibc: "free(): double free detected in tcache 2".  The cycle these made
@@ -267,18 +257,18 @@ static void test_recovery_after_aligned_fill(void **state)
 }
 
 /* Rate 1, small blocks until NULL, all freed: the profiler's records go
- * with their samples, and malloc(200 MiB) fits again. */
+ * with their samples, and malloc(120 MiB) fits again in the 160 MiB. */
 static void rate1_fill(void *arg)
 {
     (void)arg;
     profmalloc_set_sample_rate(1);
-    limit_as((size_t)300 << 20);
+    limit_as((size_t)160 << 20);
     static void *blocks[4 << 20];
     size_t n = 0;
     while (n < sizeof blocks / sizeof blocks[0] && (blocks[n] = malloc(48))) n++;
     if (n == sizeof blocks / sizeof blocks[0]) _exit(2);
     for (size_t i = 0; i < n; i++) free(blocks[i]);
-    void *p = malloc((size_t)200 << 20);
+    void *p = malloc((size_t)120 << 20);
     if (!p) _exit(3);
     free(p);
     _exit(0);
@@ -287,7 +277,7 @@ static void rate1_fill(void *arg)
 static void test_rate1_metadata_returned(void **state)
 {
     (void)state;
-    expect_child_ok(rate1_fill, NULL, "rate 1 fill and free under RLIMIT_AS, then malloc(200 MiB)");
+    expect_child_ok(rate1_fill, NULL, "rate 1 fill and free under RLIMIT_AS, then malloc(120 MiB)");
 }
 
 /* A dump right after malloc ran out and memory came back. */
