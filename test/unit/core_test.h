@@ -134,6 +134,8 @@ __attribute__((unused)) static void core_test_init(void)
 {
     pm_init();
     pm_sampler_set_rate(0);
+    /* past the uncached start of a new thread (tcache.c) */
+    for (int i = 0; i <= PM_THREAD_NEW_OPS && pm_tls.state != PM_THREAD_ACTIVE; i++) pm_free(pm_malloc(1));
     pm_free(pm_malloc(1));
 }
 
