@@ -301,6 +301,51 @@ static void dump_after_oom(void *arg)
     _exit(0);
 }
 
+/* The exit dump (PROFMALLOC_DUMP) after an OOM episode: this program run
+ * again with an argument, the variable set, its files counted after. */
+static int exit_dump_child(void)
+{
+    limit_as((size_t)48 << 20);
+    size_t n = 0;
+    while (n < MAX_FILL && (fill[n] = malloc(4000))) n++;
+    for (size_t i = 0; i < n; i++) free(fill[i]);
+    return n == 0 || n == MAX_FILL ? 2 : 0; /* exit writes the profile */
+}
+
+static char self_path[4096];
+
+static void test_exit_dump_after_oom(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pm-harden-exit-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char pattern[256];
+    snprintf(pattern, sizeof pattern, "PROFMALLOC_DUMP=%s/exit.%%p.heap", dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char *argv[] = {self_path, "exit-dump-child", NULL};
+        /* the library under test, when it is preloaded (check-hardened) */
+        char preload[4200];
+        const char *pre = getenv("LD_PRELOAD");
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s", pre ? pre : "");
+        char *envp[] = {pattern, pre ? preload : NULL, NULL};
+        execve(self_path, argv, envp);
+        _exit(127);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/exit.%d.heap", dir, (int)pid);
+    struct stat sb;
+    int found = stat(path, &sb) == 0 && sb.st_size > 0;
+    unlink(path);
+    rmdir(dir);
+    if (!found) fail_msg("no exit dump at %s", path);
+}
+
 static void test_dump_after_oom(void **state)
 {
     (void)state;
@@ -450,8 +495,12 @@ static void test_site_table_bounded(void **state)
     expect_child_ok(many_sizes, NULL, "300 000 sizes at one site, rate 1");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "exit-dump-child") == 0) return exit_dump_child();
+    ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (n <= 0) return 1;
+    self_path[n] = 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_double_free_same_class),
         cmocka_unit_test(test_double_free_cross_thread),
@@ -460,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_recovery_after_aligned_fill),
         cmocka_unit_test(test_rate1_metadata_returned),
         cmocka_unit_test(test_dump_after_oom),
+        cmocka_unit_test(test_exit_dump_after_oom),
         cmocka_unit_test(test_threads_born_in_destructors),
         cmocka_unit_test(test_site_table_bounded),
     };
