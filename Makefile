@@ -42,7 +42,8 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/guard.c src/alloc.c src/stats.c src/init.c \
 	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
-	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c
+	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c \
+	src/prof_unwind_go.c src/prof_http.c
 OVERRIDE_SRCS := src/override.c
 
 OBJ := $(BUILD)/obj
@@ -72,7 +73,7 @@ all: $(PM_SO) $(PM_A)
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
-	$(OBJ)/guard.o
+	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o $(OBJ)/guard.o
 $(COLD_OBJS): PM_CFLAGS += -Os
 
 $(OBJ)/%.o: src/%.c

@@ -24,6 +24,9 @@
  *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
  *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen keeps RTLD_DEEPBIND (by default the
  *                            library's dlopen drops it: profmalloc(3) NOTES)
+ *   PROFMALLOC_HTTP          host:port: serve /debug/pprof/ from the process
+ *                            (profmalloc_http_start below); :0 picks a port
+ *   PROFMALLOC_HTTP_PORT_FILE where the port served is written
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H
@@ -94,6 +97,18 @@ size_t profmalloc_get_sample_rate(void);
 
 /* Returns all free memory to the OS, like malloc_trim(0). */
 void profmalloc_release_free_memory(void);
+
+/* The /debug/pprof endpoint (doc/http.md): a thread of the library's that
+ * serves /debug/pprof/heap, /allocs, /symbol and /debug/profmalloc/stats
+ * over HTTP/1.1.  addr is "host:port", "[v6addr]:port" or ":port" (which
+ * means 127.0.0.1, not every interface); port 0 picks one.  NULL means
+ * "127.0.0.1:0".  Returns the port served, or -1 with errno set (EINVAL
+ * for a malformed address, EBUSY when already serving, or the socket's
+ * error).  A forked child does not serve until it calls this itself.
+ * profmalloc_http_stop waits for a request in flight to end (it is cut
+ * short) and closes the socket; it runs at exit too. */
+int profmalloc_http_start(const char *addr);
+void profmalloc_http_stop(void);
 
 #ifdef __cplusplus
 }

@@ -96,6 +96,7 @@ __attribute__((constructor(101))) static void init_at_load(void)
     pm_init();
     pm_objects_pin_loaded();
     check_interposed();
+    pm_http_autostart();
 }
 
 __attribute__((destructor)) static void at_exit(void)

@@ -15,7 +15,10 @@ pm_options_t pm_options = {
     .keep_deepbind = 0,
 };
 
-enum kind { SIZE, PATTERN, BOOL, UNWIND };
+enum kind { SIZE, PATTERN, BOOL, UNWIND, STRING };
+
+/* STRING values are copied for the reason PATTERN's is (prof_http.c) */
+PM_SPARSE_BSS static char http_addr[128], http_port_file[4096];
 
 static const struct option {
     const char *name;
@@ -23,22 +26,30 @@ static const struct option {
     void *target;
     const char *doc;
     int *given;       /* set to 1 when the variable is given and valid, or NULL */
+    char *copy;       /* STRING: where the value is kept, of `cap` bytes */
+    size_t cap;
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", NULL},
+     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", NULL, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL},
+     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
-     "stack unwinder: dwarf (default) or fp", NULL},
+     "stack unwinder: dwarf (default) or fp", NULL, NULL, 0},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches (default 32M)", NULL},
+     "byte budget shared by all thread caches (default 32M)", NULL, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
      "free resident memory kept before returning it to the OS; unset: 64M or half "
-     "the memory in use, whichever is more", &pm_options.release_bytes_set},
+     "the memory in use, whichever is more", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "1: print the options in force at start", NULL},
+     "1: print the options in force at start", NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
-     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL},
+     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL, NULL, 0},
+    {"PROFMALLOC_HTTP", STRING, &pm_options.http_addr,
+     "serve /debug/pprof/ on host:port (:0 picks a port; default: off)", NULL, http_addr,
+     sizeof http_addr},
+    {"PROFMALLOC_HTTP_PORT_FILE", STRING, &pm_options.http_port_file,
+     "write PROFMALLOC_HTTP's port to this file (default: none)", NULL, http_port_file,
+     sizeof http_port_file},
 };
 
 static void complain(const char *name, const char *value, const char *doc)
@@ -88,6 +99,13 @@ static int parse(const struct option *o, const char *v)
             return 0;
         }
         return -1;
+    case STRING: {
+        size_t n = pm_fmt_strlen(v);
+        if (!n || n >= o->cap) return -1;
+        for (size_t i = 0; i <= n; i++) o->copy[i] = v[i];
+        *(const char **)o->target = o->copy;
+        return 0;
+    }
     case UNWIND:
         if (pm_fmt_streq(v, "fp")) *(int *)o->target = 1;
         else if (pm_fmt_streq(v, "dwarf")) *(int *)o->target = 0;
@@ -117,6 +135,7 @@ void pm_options_load(void)
         pm_buf_u64(&b, pm_options.release_bytes);
         pm_buf_str(&b, pm_options.unwind_fp ? " unwind=fp" : " unwind=dwarf");
         if (pm_options.keep_deepbind) pm_buf_str(&b, " keep_deepbind=1");
+        if (pm_options.http_addr) pm_buf_str(&b, " http="), pm_buf_str(&b, pm_options.http_addr);
         line[b.len] = 0;
         pm_os_message(line);
     }

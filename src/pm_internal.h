@@ -31,6 +31,8 @@ typedef struct pm_options {
     int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */
     int keep_deepbind;         /* PROFMALLOC_KEEP_DEEPBIND=1 (deepbind.c) */
+    const char *http_addr;     /* PROFMALLOC_HTTP, or NULL (prof_http.c) */
+    const char *http_port_file;/* PROFMALLOC_HTTP_PORT_FILE, or NULL */
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);
@@ -285,6 +287,9 @@ PM_INLINE void pm_init(void)
     if (PM_UNLIKELY(atomic_load_explicit(&pm_init_state, memory_order_acquire) != 2))
         pm_init_slow();
 }
+
+/* ---- prof_http.c: the /debug/pprof endpoint ------------------------- */
+void pm_http_autostart(void); /* PROFMALLOC_HTTP, from the constructor */
 
 /* ---- stats.c --------------------------------------------------------- */
 void pm_stats_collect(profmalloc_stats_t *out);

@@ -35,6 +35,12 @@ int pm_unwind_get_mode(void);
  * unwind info, at a signal frame, or when the stack looks corrupt. */
 int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
+/* prof_unwind_go.c: where a DWARF walk ended at pc (a return address),
+ * with the callee's CFA sp and %rbp bp, continues from Go's asmcgocall
+ * onto the goroutine's stack; returns how many return addresses it
+ * stored (0: pc is not in a recognised asmcgocall). */
+int pm_unwind_go_continue(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, int max);
+
 /* Lists the objects loaded at start-up, whose unwind rules need no check
  * against a reload (they are never unloaded).  Called once from the
  * library's constructor; calls dl_iterate_phdr, so never from malloc. */

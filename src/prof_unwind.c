@@ -346,7 +346,14 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
             skip--;
         else
             pcs[n++] = fr.pc;
-        if (n == max || step_dwarf(&fr, lo, hi, &touched) != PM_STEP_OK) break;
+        if (n == max) break;
+        int step = step_dwarf(&fr, lo, hi, &touched);
+        if (step != PM_STEP_OK) {
+            /* no rule for pc (outermost frames end with PM_STEP_END instead):
+             * maybe Go's asmcgocall, whose callers are on a goroutine stack */
+            if (step == PM_STEP_FAIL && !skip) n += pm_unwind_go_continue(fr.pc, fr.sp, fr.bp, pcs + n, max - n);
+            break;
+        }
     }
     pm_objects_give_back(touched);
     return n;

@@ -1,0 +1,3 @@
+module profmalloc.dev/bindings/go/profmalloc
+
+go 1.19
