@@ -75,6 +75,10 @@ COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OB
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
 	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o $(OBJ)/guard.o
 $(COLD_OBJS): PM_CFLAGS += -Os
+# The fast paths' two stores into a freed block (its link and the free key)
+# stay two moves: gcc 12's SLP pass made them four vector instructions.
+PM_NOSLP := $(shell $(CC) -Werror -fno-tree-slp-vectorize -E -x c /dev/null >/dev/null 2>&1 && echo -fno-tree-slp-vectorize)
+$(OBJ)/override.o $(OBJ)/alloc.o: PM_CFLAGS += $(PM_NOSLP)
 
 $(OBJ)/%.o: src/%.c
 	@mkdir -p $(@D)
