@@ -6,6 +6,8 @@
 #   make check      the whole test suite (needs libcmocka-dev)
 #   make bench      benchmarks against glibc and the peers (doc/benchmarks.md)
 #   make demo       a leaky program run under the preload, with its heap profile
+#   make docs       the PROFMALLOC_* variables in README.md, doc/profmalloc.3 and
+#                   include/profmalloc.h, from src/options.c (commit the result)
 #   make install    PREFIX=/usr/local DESTDIR= : libs, header, profmalloc.pc, man page
 
 -include config.mk
@@ -67,9 +69,8 @@ all: $(PM_SO) $(PM_A)
 # around each page fault).  That is the code that runs for reports (the
 # profile writer, malloc_stats and malloc_info, the number formatting), at
 # start-up (options, init, needed, meta, the system calls' wrappers) and the
-# unwinder: 82.5 -> 67.5 KB of text in all.  The unwinder at -Os costs 1.2 %
-# more instructions when every allocation is sampled, nothing at the default
-# rate; prof_sites.c stays at -O2 (-Os there cost 3.3 %).  doc/performance.md.
+# unwinder, which runs for samples only; prof_sites.c, on every sampled free,
+# stays at -O2.  The measurements are in the commits that chose each file.
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
@@ -121,7 +122,7 @@ $(PM_TEST_A): $(BUILD)/profmalloc-core.o
 	$(AR) rcs $@ $<
 
 include src/cli/cli.mk
--include $(wildcard test/*.mk test/*/*.mk bench/*.mk)
+-include $(wildcard test/*.mk test/*/*.mk bench/*.mk doc/*.mk)
 
 check: $(CHECK_TARGETS)
 	@echo "make check: all test groups passed"

@@ -8,25 +8,42 @@
  *
  * Environment (read once, at the first allocation; ignored in setuid and
  * setgid programs):
- *   PROFMALLOC_SAMPLE_RATE   mean bytes between samples (suffixes k, M, G);
- *                            0 turns profiling off, 1 records every
- *                            allocation; default 512k
- *   PROFMALLOC_DUMP          path pattern for a heap profile written at exit;
- *                            %p is replaced by the process id
- *   PROFMALLOC_UNWIND        "dwarf" (default, uses .eh_frame) or "fp"
- *                            (frame pointers only; faster, needs
- *                            -fno-omit-frame-pointer everywhere)
- *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches
- *                            (default 32M)
- *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back to
- *                            the OS (default 64M; pages unused for 1 s go back
- *                            anyway)
- *   PROFMALLOC_VERBOSE       1: report option values on stderr at start
- *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen keeps RTLD_DEEPBIND (by default the
- *                            library's dlopen drops it: profmalloc(3) NOTES)
- *   PROFMALLOC_HTTP          host:port: serve /debug/pprof/ from the process
- *                            (profmalloc_http_start below); :0 picks a port
- *   PROFMALLOC_HTTP_PORT_FILE where the port served is written
+ * options: begin (make docs, from src/options.c)
+ *   PROFMALLOC_SAMPLE_RATE   mean bytes between samples, with an optional k,
+ *                            M or G suffix; 0 turns profiling off, 1 records
+ *                            every allocation (default 512k)
+ *   PROFMALLOC_DUMP          write a heap profile to this path at exit
+ *                            (exit() or a return from main; a Go program
+ *                            calls profmalloc_dump()); %p is the process id,
+ *                            %% a %, any other % makes the value malformed
+ *                            (default none)
+ *   PROFMALLOC_UNWIND        stack unwinder: dwarf (.eh_frame tables, works
+ *                            without frame pointers) or fp (frame pointers:
+ *                            faster, needs -fno-omit-frame-pointer
+ *                            everywhere) (default dwarf)
+ *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches (default
+ *                            32M)
+ *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back
+ *                            to the OS (pages unused for a second go back
+ *                            anyway); unset, the cap is the default or half
+ *                            the memory in use, whichever is more; set, it is
+ *                            the cap (default 64M)
+ *   PROFMALLOC_VERBOSE       1 prints the options in force at start (default
+ *                            0)
+ *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen() keeps RTLD_DEEPBIND (dropped by
+ *                            default, so that a library opened with it frees
+ *                            through profmalloc; profmalloc(3), NOTES)
+ *                            (default 0)
+ *   PROFMALLOC_HTTP          serve the heap profile at Go's /debug/pprof/
+ *                            paths (heap, allocs, symbol) and the statistics
+ *                            at /debug/profmalloc/stats on host:port; :port
+ *                            means 127.0.0.1, port 0 picks one (as
+ *                            profmalloc_http_start() does; doc/http.md)
+ *                            (default none)
+ *   PROFMALLOC_HTTP_PORT_FILE
+ *                            a file the port PROFMALLOC_HTTP serves on is
+ *                            written to (default none)
+ * options: end
  * A malformed value is reported once on stderr and the default is used.
  */
 #ifndef PROFMALLOC_H

@@ -1,11 +1,11 @@
 /* alloc.c — the malloc family on top of the thread caches: the slow twins
- * of the inline fast paths (pm_internal.h), large blocks, calloc, realloc,
+ * of the inline fast paths (pm_fastpath.h), large blocks, calloc, realloc,
  * aligned allocation, usable size, and the free-side validation that
  * turns a bad pointer into a clear abort instead of heap corruption.
  * Must never: hold a lock (it takes none itself), or reach the profiler
  * other than through the sampling countdown on the slow path.
  * glibc is the reference for every edge case (doc/design.md lists them). */
-#include "pm_internal.h"
+#include "pm_fastpath.h"
 
 #include <errno.h>
 #include <string.h>
@@ -152,7 +152,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     } else {
         p = alloc_large(size, bytes, align_pages, zero);
     }
-    if (sampled && p) pm_alloc_sampled(t, p, size, sampled);
+    if (sampled && p) pm_sites_add(t, p, size, sampled);
     return p;
 }
 
@@ -188,21 +188,6 @@ static pm_span_t *owner_for(const void *p, const char *what)
     return s;
 }
 
-int pm_is_carved_object(const void *p, unsigned cls)
-{
-    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    pm_span_t *s = pm_pagemap_span(page);
-    return s && s->state == PM_SPAN_IN_USE && s->cls == cls && page >= s->page &&
-           pm_span_cut_object(s, p);
-}
-
-void pm_bad_link(int in_free, const void *link)
-{
-    pm_os_fatal(in_free ? "free(): corrupted free list (a block written after free?), link"
-                        : "malloc(): corrupted free list (a block written after free?), link",
-                link, 1);
-}
-
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 void pm_free_slow(void *p)
@@ -211,7 +196,7 @@ void pm_free_slow(void *p)
     pm_span_t *s = owner(p);
     /* its key: free already, in some list (pm_internal.h) */
     if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
-    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     if (s->cls == 0) {
         free_large(s, 0);
         return;
@@ -292,10 +277,10 @@ static int shed_reserve(pm_span_t *s)
  * pages is not re-recorded: see the comment in pm_realloc). */
 static void resample(pm_span_t *s, void *p, size_t size)
 {
-    if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     pm_tcache_t *t = thread_cache();
     uint64_t weight = sample_tick(t, size);
-    if (weight) pm_alloc_sampled(t, p, size, weight);
+    if (weight) pm_sites_add(t, p, size, weight);
 }
 
 void *pm_realloc(void *p, size_t size)
@@ -325,10 +310,9 @@ void *pm_realloc(void *p, size_t size)
     /* A large block that stays large shrinks in place, as glibc's does: its
      * tail pages go back to the page heap as free resident pages (the
      * release policy returns them like any others), with no copy and
-     * nothing to allocate, so it works when memory is exhausted.  Returning
-     * the tail to the OS at once made a shrink-then-grow-back loop of
-     * 0.3-4.3 MB blocks fault 1.07 M pages in 2.3 s (glibc: 0.84 s); kept
-     * resident, 44 k faults in 0.40 s, at the same peak RSS. */
+     * nothing to allocate, so it works when memory is exhausted, and a
+     * shrink-then-grow-back loop does not fault its pages in again
+     * (test_realloc_shrinks_large_in_place, test_exhausted_realloc_shrinks). */
     if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
         size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
         if (pm_pageheap_shrink(s, n)) {
@@ -344,17 +328,13 @@ void *pm_realloc(void *p, size_t size)
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
      * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc: 32.5 -> 26 MB peak
-     * RSS, 20% faster; 1.5x: 23.6 MB, 2x: 16.5 MB, at up to 2x the space
-     * for a block grown once).
+     * string that stopped growing in it (bench/realloc measures it).
      * A big large block (PM_BIG_MOVE) gets twice its old size: its pages
      * are only faulted in as they are written, and each move copies into
-     * fresh pages the kernel must fault in and zero (bench/grow: 0.29 ->
-     * 0.19 s, glibc 0.18 s, which moves such blocks with mremap; peak RSS
-     * 0.89x -> 1.00x glibc's).  The block it leaves goes back to the OS at
-     * once, as mremap leaves nothing behind: a block growing in steps would
-     * otherwise leave every step resident in the page heap (a Python list
-     * grown to 10 MB: 25 MB of them). */
+     * fresh pages the kernel must fault in and zero (bench/grow).  The
+     * block it leaves goes back to the OS at once, as mremap leaves nothing
+     * behind: a block growing in steps would otherwise leave every step
+     * resident in the page heap. */
     int big = s->cls == 0 && old >= PM_BIG_MOVE;
     size_t reserve = big ? 2 * old : old + old / 4;
     /* A large block grows into the free pages right after it when it can
@@ -374,14 +354,14 @@ void *pm_realloc(void *p, size_t size)
     /* A big block that cannot grow in place moves with mremap, as glibc
      * moves its mmapped chunks: its pages go with the page tables, so
      * nothing is copied or faulted in again, and the old addresses are
-     * gone at once (bench/grow: 72.6 k -> 40.0 k page faults, 0.24 ->
-     * 0.14 s).  The profiler's record is keyed by the old address:
-     * dropped before the move, taken again if the block stays. */
+     * gone at once (test_realloc_big_moves_pages).  The profiler's record
+     * is keyed by the old address: dropped before the move, taken again if
+     * the block stays. */
     if (big && size > old) {
         size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
         size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
-        int sampled = pm_prof_maybe_sampled(s, p);
-        if (sampled) pm_free_sampled(s, p);
+        int sampled = pm_sites_maybe_sampled(s, p);
+        if (sampled) pm_sites_remove(s, p);
         if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
             pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
             pm_relaxed_add(&large_requested, size - s->requested); /* modular */
@@ -389,12 +369,12 @@ void *pm_realloc(void *p, size_t size)
             void *q = page_addr(s->page);
             pm_tcache_t *t = thread_cache();
             uint64_t weight = sample_tick(t, size);
-            if (weight) pm_alloc_sampled(t, q, size, weight);
+            if (weight) pm_sites_add(t, q, size, weight);
             return q;
         }
         if (sampled) {
             pm_tcache_t *t = thread_cache();
-            pm_alloc_sampled(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+            pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
         }
     }
     void *q = NULL;
@@ -416,7 +396,7 @@ void *pm_realloc(void *p, size_t size)
     }
     memcpy(q, p, size < old ? size : old);
     if (big) {
-        if (PM_UNLIKELY(pm_prof_maybe_sampled(s, p))) pm_free_sampled(s, p);
+        if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
         free_large(s, 1);
     } else {
         pm_free_inline(p);

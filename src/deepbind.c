@@ -1,29 +1,12 @@
-/* deepbind.c — dlopen and dlmopen without RTLD_DEEPBIND, so that a library
- * opened with it still frees with profmalloc.
- * A library opened with RTLD_DEEPBIND looks its symbols up in itself and
- * its own dependencies before the global scope: its free() is the C
- * library's, and the first block it frees that our malloc returned ends in
- * glibc's "free(): invalid pointer" (or "invalid size", or a crash): Debian
- * 12's php opens its extensions so, and `php -v` died at start-up.  Every
- * preloaded allocator has this problem (jemalloc, tcmalloc, mimalloc here);
- * the fix they used, glibc's __free_hook, is gone since glibc 2.34.  So
- * profmalloc's dlopen drops the flag: the library then binds free() and
- * the rest to profmalloc, as
- * every library loaded at start-up does (PHP itself stopped passing the
- * flag when dlmopen is available, for this reason).  What the library
- * loses is the priority of its own symbols (and its dependencies') over
- * those of the global scope: a program that opens a plugin with the flag
- * to give it its own version of a library the program also uses sets
- * PROFMALLOC_KEEP_DEEPBIND=1, and must then keep blocks from crossing.
- * dlmopen into a new namespace is left alone: that namespace has a C
- * library, and a malloc, of its own.
- * The real dlopen must see the caller's return address: it looks a bare
- * name up in the calling object's DT_RUNPATH or DT_RPATH, and expands
- * $ORIGIN from it.  So each wrapper's last act is a jump to it (musttail
- * under clang; under gcc, the function is built at -O2 with sibling calls
- * whatever the build's flags), and test/integration/deepbind.c checks a
- * program whose RUNPATH alone finds its plugin.
- * Linked into libprofmalloc.so only: a static program's dlopen is libc.a's. */
+/* deepbind.c — dlopen and dlmopen (LM_ID_BASE) without RTLD_DEEPBIND: a
+ * library opened with the flag would bind free() to the C library's and
+ * abort on the first block of ours it frees, and glibc's __free_hook, the
+ * old way around it, is gone.  PROFMALLOC_KEEP_DEEPBIND=1 keeps the flag.
+ * Must never: call the real dlopen other than as a tail jump, since it
+ * reads the caller's RUNPATH and $ORIGIN from its return address (musttail
+ * under clang, sibling calls at -O2 under gcc); a new namespace is left
+ * alone (it has a malloc of its own).  No lock.  Linked into the shared
+ * library only.  test/integration/deepbind.c pins both. */
 #include "pm_internal.h"
 
 #include <dlfcn.h>

@@ -1,8 +1,12 @@
-/* options.c — the one table of PROFMALLOC_* options: name, kind, default,
- * one-line doc.  Parsed once, at process init, from `environ` (never
- * getenv).  Ignored entirely in setuid/setgid programs (AT_SECURE).
- * A malformed value is reported once on stderr and the default kept.
- * Written only during init (under the init protocol), read everywhere. */
+/* options.c — the one table of PROFMALLOC_* options: name, kind, target,
+ * doc; a target's initial value in pm_options is the default.  The table
+ * is the one source of the options' documentation: `make docs` writes
+ * README.md's, doc/profmalloc.3's and include/profmalloc.h's from it
+ * (doc/gen_options.c), and check-docs fails on drift.  Parsed once, at
+ * process init, from `environ` (never getenv).  Ignored entirely in
+ * setuid/setgid programs (AT_SECURE).  A malformed value is reported once
+ * on stderr and the default kept.  Written only during init (under the
+ * init protocol), read everywhere. */
 #include "pm_internal.h"
 
 pm_options_t pm_options = {
@@ -30,25 +34,34 @@ static const struct option {
     size_t cap;
 } table[] = {
     {"PROFMALLOC_SAMPLE_RATE", SIZE, &pm_options.sample_rate,
-     "mean bytes between samples; 0 off, 1 every allocation (default 512k)", NULL, NULL, 0},
+     "mean bytes between samples, with an optional `k`, `M` or `G` suffix; `0` turns "
+     "profiling off, `1` records every allocation", NULL, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
-     "write a heap profile here at exit; %p = pid, %% = % (default: none)", NULL, NULL, 0},
+     "write a heap profile to this path at exit (`exit()` or a return from `main`; a Go "
+     "program calls `profmalloc_dump()`); `%p` is the process id, `%%` a %, any other % "
+     "makes the value malformed", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
-     "stack unwinder: dwarf (default) or fp", NULL, NULL, 0},
+     "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
+     "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches (default 32M)", NULL, NULL, 0},
+     "byte budget shared by all thread caches", NULL, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
-     "free resident memory kept before returning it to the OS; unset: 64M or half "
-     "the memory in use, whichever is more", &pm_options.release_bytes_set, NULL, 0},
+     "free resident memory kept before pages go back to the OS (pages unused for a "
+     "second go back anyway); unset, the cap is the default or half the memory in use, "
+     "whichever is more; set, it is the cap", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "1: print the options in force at start", NULL, NULL, 0},
+     "`1` prints the options in force at start", NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
-     "1: dlopen keeps RTLD_DEEPBIND (default 0: dropped)", NULL, NULL, 0},
+     "`1`: `dlopen()` keeps `RTLD_DEEPBIND` (dropped by default, so that a library "
+     "opened with it frees through profmalloc; profmalloc(3), NOTES)", NULL, NULL, 0},
     {"PROFMALLOC_HTTP", STRING, &pm_options.http_addr,
-     "serve /debug/pprof/ on host:port (:0 picks a port; default: off)", NULL, http_addr,
+     "serve the heap profile at Go's `/debug/pprof/` paths (`heap`, `allocs`, `symbol`) "
+     "and the statistics at `/debug/profmalloc/stats` on `host:port`; `:port` means "
+     "127.0.0.1, port 0 picks one (as `profmalloc_http_start()` does; doc/http.md)",
+     NULL, http_addr,
      sizeof http_addr},
     {"PROFMALLOC_HTTP_PORT_FILE", STRING, &pm_options.http_port_file,
-     "write PROFMALLOC_HTTP's port to this file (default: none)", NULL, http_port_file,
+     "a file the port `PROFMALLOC_HTTP` serves on is written to", NULL, http_port_file,
      sizeof http_port_file},
 };
 
@@ -62,7 +75,8 @@ static void complain(const char *name, const char *value, const char *doc)
     pm_buf_str(&b, "=\"");
     pm_buf_str(&b, value);
     pm_buf_str(&b, "\" (");
-    pm_buf_str(&b, doc);
+    for (const char *d = doc; *d; d++) /* the doc without its `code` marks */
+        if (*d != '`') pm_buf_str(&b, (char[2]){*d, 0});
     pm_buf_str(&b, ")");
     line[b.len] = 0;
     pm_os_message(line);
@@ -113,6 +127,40 @@ static int parse(const struct option *o, const char *v)
         return 0;
     }
     return -1;
+}
+
+/* A size as the docs write it: the largest of G, M, k dividing it. */
+static void put_size(pm_buf_t *b, uint64_t v)
+{
+    static const char suffix[] = "GMk";
+    for (int i = 0; i < 3; i++) {
+        uint64_t unit = (uint64_t)1 << (30 - 10 * i);
+        if (v && v % unit == 0) {
+            pm_buf_u64(b, v / unit);
+            pm_buf_str(b, (char[2]){suffix[i], 0});
+            return;
+        }
+    }
+    pm_buf_u64(b, v);
+}
+
+int pm_options_row(size_t i, const char **name, const char **doc, char *def, size_t cap)
+{
+    if (i >= PM_ARRAY_LEN(table) || cap < 2) return -1;
+    const struct option *o = &table[i];
+    pm_buf_t b;
+    pm_buf_init(&b, def, cap - 1, -1);
+    switch (o->kind) {
+    case SIZE: put_size(&b, *(uint64_t *)o->target); break;
+    case PATTERN:
+    case STRING: pm_buf_str(&b, *(const char **)o->target ? *(const char **)o->target : "none"); break;
+    case BOOL: pm_buf_u64(&b, (uint64_t)*(int *)o->target); break;
+    case UNWIND: pm_buf_str(&b, *(int *)o->target ? "fp" : "dwarf"); break;
+    }
+    def[b.len] = 0;
+    *name = o->name;
+    *doc = o->doc;
+    return 0;
 }
 
 void pm_options_load(void)

@@ -1,6 +1,7 @@
 /* os_linux.c — the only file that makes system calls (see pm_os.h).
- * Owns: mmap/munmap/madvise, the environment scan, raw file I/O, clocks,
- * futexes.  Must never: call malloc, stdio, getenv or anything that locks.
+ * Owns: mmap/munmap/madvise, the environment scan, raw file I/O, the
+ * profiler's file and link lookups, clocks, futexes.
+ * Must never: call malloc, stdio, getenv or anything that locks.
  * No state beyond a cached copy of /proc/self/environ used only when the
  * allocator starts before libc has set `environ`. */
 #ifndef _GNU_SOURCE
@@ -21,6 +22,7 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -463,4 +465,61 @@ void pm_lock_wait_slow(pm_lock_t *l)
 void pm_lock_wake_slow(pm_lock_t *l)
 {
     pm_os_futex_wake(&l->state, 1);
+}
+
+/* ---- files and memory for the profiler -------------------------------- */
+
+int pm_os_stat(const char *path, struct stat *st, int follow)
+{
+    return follow ? stat(path, st) : lstat(path, st);
+}
+
+ssize_t pm_os_readlink(const char *path, char *buf, size_t cap) { return readlink(path, buf, cap); }
+
+int pm_os_fchmod(int fd, int mode) { return fchmod(fd, (mode_t)mode); }
+
+int pm_os_set_blocking(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    return flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : 0;
+}
+
+uid_t pm_os_geteuid(void) { return geteuid(); }
+
+char *pm_os_getcwd(char *buf, size_t cap) { return getcwd(buf, cap); }
+
+const void *pm_os_map_file(const char *path, size_t *len)
+{
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        errno = saved;
+        return NULL;
+    }
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX) {
+        *len = (size_t)st.st_size;
+        p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    close(fd);
+    errno = saved;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void pm_os_discard(void *addr, size_t size)
+{
+    int saved = errno;
+    madvise(addr, size, MADV_DONTNEED);
+    errno = saved;
+}
+
+int pm_os_has_robust_list(void)
+{
+    void *head = NULL;
+    size_t len = 0;
+    int saved = errno;
+    long rc = syscall(SYS_get_robust_list, 0, &head, &len);
+    errno = saved;
+    return rc == 0 && head != NULL;
 }

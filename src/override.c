@@ -2,7 +2,7 @@
  * Nothing else lives here, so the test archive (built without this file)
  * exercises the allocator through pm_* while the test program itself
  * still runs on glibc's malloc.  malloc and free inline the fast paths. */
-#include "pm_internal.h"
+#include "pm_fastpath.h"
 
 #include <errno.h>
 #include <limits.h>

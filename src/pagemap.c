@@ -74,3 +74,21 @@ void pm_pagemap_mark_sampled(uintptr_t page, int on)
 }
 
 uint64_t pm_pagemap_bytes(void) { return pm_relaxed_load(&leaf_bytes); }
+
+/* Here, below central.c, because central.c checks every link it follows
+ * with these in the debug build and calls go down the ladder only
+ * (test_debug.c: test_corrupted_transfer_chain, test_write_after_free). */
+int pm_is_carved_object(const void *p, unsigned cls)
+{
+    uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
+    pm_span_t *s = pm_pagemap_span(page);
+    return s && s->state == PM_SPAN_IN_USE && s->cls == cls && page >= s->page &&
+           pm_span_cut_object(s, p);
+}
+
+void pm_bad_link(int in_free, const void *link)
+{
+    pm_os_fatal(in_free ? "free(): corrupted free list (a block written after free?), link"
+                        : "malloc(): corrupted free list (a block written after free?), link",
+                link, 1);
+}

@@ -47,9 +47,8 @@ static const bool pm_config_hardened = false;
 /* Zero-initialised arrays of a page or more that are touched sparsely (the
  * page map's root, the central lists' structs, the unwinder's rule cache):
  * `ld -r` gathers them in one section of build/profmalloc.o that follows
- * its .bss, so the small variables that every process touches share three
- * pages instead of being spread between these (churn: the .bss mapping
- * 56 -> 36 KB resident; doc/performance.md).  Not ".lbss": gcc reaches a
+ * its .bss, so the small variables that every process touches share a few
+ * pages instead of being spread between these.  Not ".lbss": gcc reaches a
  * large-data section through the GOT, a load more on free's fast path. */
 #define PM_SPARSE_BSS __attribute__((section(".bss.profmalloc_sparse")))
 #define PM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,7 +1,12 @@
 /* pm_internal.h — internal prototypes, grouped under the .c that owns them,
- * and the hot inlines (size-class lookup, page-map lookup, the malloc and
- * free fast paths).  Calls go down the ladder only:
- *   override → alloc → tcache → central → pageheap → pagemap/meta → os  */
+ * and the inlines other files share (size-class lookup, page-map lookup,
+ * the sampler's countdown); the malloc and free fast paths are in
+ * pm_fastpath.h.  Calls go down the ladder:
+ *   override → alloc → tcache → central → pageheap → pagemap/meta → os
+ * except at the documented entry points (doc/design.md, "Calls go down"):
+ * pm_init from the first allocation and the public calls, the profiler's
+ * pm_sampler_* and pm_sites_* on the slow path, the fork and thread-exit
+ * hooks. */
 #ifndef PM_INTERNAL_H
 #define PM_INTERNAL_H
 
@@ -36,6 +41,9 @@ typedef struct pm_options {
 } pm_options_t;
 extern pm_options_t pm_options;
 void pm_options_load(void);
+/* Row i of the options table for the docs generator (doc/gen_options.c):
+ * name, doc (`code` marked) and default as text; -1 past the last row. */
+int pm_options_row(size_t i, const char **name, const char **doc, char *def, size_t cap);
 
 /* ---- meta.c: metadata from mmap, never malloc ------------------------ */
 void *pm_meta_alloc(size_t size);       /* zeroed, 16-aligned, never freed */
@@ -238,10 +246,10 @@ uint64_t pm_sampler_seed(void);
 
 /* ---- prof_sites.c: the sampled-site table (slow path only) ----------- */
 /* p (size bytes) was just allocated at a sample point of this weight. */
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight);
 /* p, owned by span s, is being freed and may be a sampled block. */
-void pm_free_sampled(pm_span_t *s, void *p);
-PM_INLINE int pm_prof_maybe_sampled(const pm_span_t *s, const void *p)
+void pm_sites_remove(pm_span_t *s, void *p);
+PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
@@ -364,67 +372,6 @@ PM_INLINE void *pm_link_next(const void *block, int in_free)
 PM_INLINE void pm_key_set(void *block) { ((uintptr_t *)block)[1] = pm_guard.key; }
 PM_INLINE void pm_key_clear(void *block) { ((uintptr_t *)block)[1] = 0; }
 PM_INLINE int pm_key_is_set(const void *block) { return ((const uintptr_t *)block)[1] == pm_guard.key; }
-
-/* ---- the fast paths --------------------------------------------------
- * A block in a thread cache's list holds the (encoded) next block in its
- * first word and the free key in its second.  free aborts in
- * pm_free_slow when the key is there: the block is free already. */
-PM_INLINE void *pm_malloc_inline(size_t size)
-{
-    if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
-    /* sizes up to 1 KiB take one compare to their class */
-    if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
-    pm_tcache_t *t = &pm_tls;
-    pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
-    void *p = l->head;
-    /* charged first, in one read-modify-write: the slow path knows */
-    int lasts = pm_sampler_charge(&t->sampler, size);
-    if (PM_LIKELY(p != NULL && lasts)) {
-        void *next = pm_link_next(p, 0);
-        l->head = next;
-        l->len--;
-        pm_key_clear(p);
-        /* The next block's line: after a refill from another thread's frees
-         * (producer/consumer) it sits in the other core's cache, and the
-         * miss overlaps the caller's work instead of the next malloc
-         * (bench/prodcons -7 %, larson -4 %; churn unchanged). */
-        __builtin_prefetch(next, 1);
-        return p;
-    }
-    return pm_alloc_slow_charged(size);
-}
-
-PM_INLINE void pm_free_inline(void *p)
-{
-    if (pm_config_debug) {
-        pm_free_slow(p); /* looks for p in its thread's list */
-        return;
-    }
-    uintptr_t a = (uintptr_t)p;
-    pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
-    if (PM_LIKELY(leaf != NULL)) {
-        /* relaxed: a carve or the profiler may be setting bits in it */
-        unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)],
-                                        __ATOMIC_RELAXED);
-        uint64_t magic = pm_free_magic[info & 0xff];
-        /* offset from the span's start: page index, then offset in page */
-        uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-        /* a small block on a page without samples, at an object's start */
-        if (PM_LIKELY(offset * magic < magic)) {
-            unsigned cls = info & 0xff;
-            pm_tlist_t *l = &pm_tls.list[cls];
-            uintptr_t key = pm_guard.key; /* loaded once: the stores below may alias it */
-            if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != key)) {
-                pm_link_set(p, l->head);
-                ((uintptr_t *)p)[1] = key; /* pm_key_set */
-                l->head = p;
-                l->len++;
-                return;
-            }
-        }
-    }
-    pm_free_slow(p);
-}
 
 #pragma GCC visibility pop
 

@@ -1,5 +1,13 @@
-/* pm_os.h — the OS contract.  os_linux.c is the only file that makes
- * system calls; everything else in src/ reaches the kernel through here.
+/* pm_os.h — the OS contract.  os_linux.c is the only file that calls a
+ * system-call wrapper (mmap, open, stat, futex, ...) but for one named
+ * below; everything else in src/ reaches the kernel through here (check-os-contract reads every
+ * other object's undefined symbols).  Other files call libc and the
+ * loader only where the call itself is the point, and those may enter
+ * the kernel on their own: the loader's lists (dl_iterate_phdr,
+ * _dl_find_object, getauxval; dlopen/dlsym in needed.c and deepbind.c)
+ * and pthread's keys, fork handlers and robust mutexes (tcache.c, init.c).
+ * One file makes its own: prof_http.c, the HTTP server, on a thread of its
+ * own and no allocator path, whose sockets, poll and memfds are its job.
  * Must never: allocate with malloc, take an allocator lock, or use stdio.
  * Every function is safe to call before any constructor has run. */
 #ifndef PM_OS_H
@@ -96,5 +104,26 @@ void pm_os_yield(void);
 
 /* Writes "profmalloc: <msg>\n" to stderr. */
 void pm_os_message(const char *msg);
+
+/* Files and memory for the profiler (symbols, unwind tables, dump paths):
+ * the system calls prof_*.c would otherwise make themselves.  Each keeps
+ * errno unless it fails, as the calls it wraps. */
+struct stat;
+int pm_os_stat(const char *path, struct stat *st, int follow); /* follow 0: lstat */
+ssize_t pm_os_readlink(const char *path, char *buf, size_t cap); /* no NUL added */
+int pm_os_fchmod(int fd, int mode);
+int pm_os_set_blocking(int fd);    /* clears O_NONBLOCK */
+uid_t pm_os_geteuid(void);
+char *pm_os_getcwd(char *buf, size_t cap); /* buf, or NULL */
+/* A read-only private mapping of a whole regular, non-empty file (length
+ * in *len, unmapped with pm_os_unmap), or NULL. */
+const void *pm_os_map_file(const char *path, size_t *len);
+/* Drops the pages of [addr, addr + size) (page-aligned) that a private
+ * file mapping copied or read in: they are read from the file again when
+ * next touched.  errno is kept. */
+void pm_os_discard(void *addr, size_t size);
+/* 1 when the calling thread has a robust futex list registered with the
+ * kernel (glibc sets one up for each thread it starts). */
+int pm_os_has_robust_list(void);
 
 #endif

@@ -142,8 +142,9 @@ static int may_follow(const char *link, const struct stat *st, char *dir)
     if (!n) dir[n++] = '.';
     dir[n] = 0;
     struct stat ds;
-    if (stat(dir, &ds) != 0) return -1;
-    if ((ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) && st->st_uid != geteuid() && st->st_uid != ds.st_uid) {
+    if (pm_os_stat(dir, &ds, 1) != 0) return -1;
+    if ((ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) && st->st_uid != pm_os_geteuid() &&
+        st->st_uid != ds.st_uid) {
         errno = EACCES;
         return -1;
     }
@@ -175,14 +176,14 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
     for (int depth = 0; depth <= 40; depth++) {
         if ((*fd = own_fd_path(out)) >= 0) return DUMP_TO_FD;
         struct stat st;
-        if (lstat(out, &st) != 0) return errno == ENOENT ? DUMP_REPLACE : -1;
+        if (pm_os_stat(out, &st, 0) != 0) return errno == ENOENT ? DUMP_REPLACE : -1;
         if (S_ISREG(st.st_mode)) {
             *mode = (int)(st.st_mode & 0777);
             return DUMP_REPLACE;
         }
         if (!S_ISLNK(st.st_mode)) return DUMP_IN_PLACE;
         if (may_follow(out, &st, link) != 0) return -1;
-        ssize_t len = readlink(out, link, DUMP_PATH_CAP - 1);
+        ssize_t len = pm_os_readlink(out, link, DUMP_PATH_CAP - 1);
         if (len <= 0) return -1;
         link[len] = 0;
         /* a /proc link whose target is no path (/proc/thread-self/fd/1 ->
@@ -191,7 +192,7 @@ static int dump_target(const char *path, char *out, char *link, int *fd, int *mo
          * each one checked, and the end opened without following links (a
          * chain through a link another user planted, or one swapped in
          * meanwhile, got written through) */
-        if (after(out, "/proc/") && link[0] != '/' && stat(out, &st) == 0 && !S_ISREG(st.st_mode))
+        if (after(out, "/proc/") && link[0] != '/' && pm_os_stat(out, &st, 1) == 0 && !S_ISREG(st.st_mode))
             return DUMP_THROUGH_LINK;
         /* a relative link is relative to the link's directory */
         size_t dir = link[0] == '/' ? 0 : dir_len(out);
@@ -247,8 +248,7 @@ static int dump_in_place(const char *path, int format, int follow)
      * `path` may have become a link by now (a race in a shared directory) */
     int fd = pm_os_open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
     if (fd < 0) return -1;
-    int flags = fcntl(fd, F_GETFL);
-    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? -1 : dump_into(fd, format, 0);
+    int rc = pm_os_set_blocking(fd) != 0 ? -1 : dump_into(fd, format, 0);
     int saved = errno;
     pm_os_close(fd);
     errno = saved;
@@ -262,7 +262,7 @@ static int dump_replacing(const char *target, char *tmp, int format, int mode)
 {
     int fd = open_temp(target, tmp, DUMP_PATH_CAP);
     if (fd < 0) return -1;
-    int rc = mode >= 0 ? fchmod(fd, (mode_t)mode) : 0;
+    int rc = mode >= 0 ? pm_os_fchmod(fd, mode) : 0;
     if (rc == 0) rc = profmalloc_dump_fd(fd, format);
     if (rc == 0) rc = pm_os_fsync(fd);
     int saved = errno;

@@ -9,21 +9,18 @@
  * Locks: none (atomics; the lists are written once, at the constructor). */
 #include "pm.h"
 #include "pm_elf.h"
+#include "pm_os.h"
 #include "pm_prof_objects.h"
 #include "pm_prof_unwind.h"
 #include "pm_prof_unwind_cfi.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 #include <sys/auxv.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #if defined(__x86_64__)
 
@@ -39,10 +36,8 @@ static _Atomic int loaded_n;
 /* ---- giving back the pages of the unwind tables -------------------------
  * A rule is worked out once per PC and then cached, but working it out
  * reads the object's .eh_frame_hdr and .eh_frame, and the kernel maps the
- * 64 KB of file around every page such a read faults in.  libc's tables
- * alone left 130-200 KB resident in every profiled process, for a few
- * lookups at start-up: more than a small program's whole heap moves.
- * So after a walk that read the tables of a start-up object, the pages
+ * 64 KB of file around every page such a read faults in, resident for
+ * good for a few lookups at start-up.  So after a walk that read the tables of a start-up object, the pages
  * from its .eh_frame_hdr to the end of the segment that holds it go back
  * (MADV_DONTNEED: the file's pages stay in the page cache, and the next
  * read maps them again).  Only where no write can be lost: the segment is
@@ -50,7 +45,8 @@ static _Atomic int loaded_n;
  * no patched code lives there) and the object has no text relocations;
  * and only start-up objects, which are never unloaded, so the range can
  * never hold anything else.  At most once per PM_GIVEBACK_NS: tables read
- * since the last time go at the first capture after that. */
+ * since the last time go at the first capture after that
+ * (test_prof_unwind.c: test_tables_given_back, test_unloaded_tables_kept). */
 #define PM_GIVEBACK_NS (100 * 1000 * 1000)
 static uintptr_t giveback_lo[PM_PINNED_MAX], giveback_hi[PM_PINNED_MAX];
 static _Atomic uint64_t giveback_pending; /* one bit per start-up object */
@@ -109,9 +105,7 @@ void pm_objects_give_back(uint64_t touched)
 {
     if (touched) atomic_fetch_or_explicit(&giveback_pending, touched, memory_order_relaxed);
     if (PM_LIKELY(!atomic_load_explicit(&giveback_pending, memory_order_relaxed))) return;
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return; /* vDSO: no lock, no allocation */
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t now = pm_os_monotonic_ns();
     uint64_t last = atomic_load_explicit(&giveback_ns, memory_order_relaxed);
     /* signed: another thread may have stored a later time than this now */
     if ((int64_t)(now - last) < PM_GIVEBACK_NS ||
@@ -119,12 +113,10 @@ void pm_objects_give_back(uint64_t touched)
                                                  memory_order_relaxed))
         return;
     uint64_t m = atomic_exchange_explicit(&giveback_pending, 0, memory_order_relaxed);
-    int saved = errno;
     for (; m; m &= m - 1) {
         int i = __builtin_ctzll(m);
-        madvise((void *)giveback_lo[i], giveback_hi[i] - giveback_lo[i], MADV_DONTNEED);
+        pm_os_discard((void *)giveback_lo[i], giveback_hi[i] - giveback_lo[i]);
     }
-    errno = saved;
 }
 
 /* ---- executables without a search table ----------------------------------
@@ -146,16 +138,14 @@ static uintptr_t exe_lo, exe_hi; /* the program's mapping; set before exe_hdr */
  * are the ones in memory: not so under `ld.so ./prog`, where it is ld.so). */
 static bool exe_eh_frame(const struct dl_phdr_info *info, uintptr_t *start, size_t *len)
 {
-    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    struct stat st;
-    void *map = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(Elf64_Ehdr))
-        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return false;
+    size_t fsize = 0;
+    const void *map = pm_os_map_file("/proc/self/exe", &fsize);
+    if (!map) return false;
+    if (fsize < sizeof(Elf64_Ehdr)) {
+        pm_os_unmap((void *)map, fsize);
+        return false;
+    }
     const uint8_t *f = map;
-    size_t fsize = (size_t)st.st_size;
     const Elf64_Ehdr *eh = map;
     bool found = false;
     size_t phbytes = (size_t)info->dlpi_phnum * sizeof(ElfW(Phdr));
@@ -181,7 +171,7 @@ static bool exe_eh_frame(const struct dl_phdr_info *info, uintptr_t *start, size
             }
         }
     }
-    munmap(map, fsize);
+    pm_os_unmap((void *)map, fsize);
     return found;
 }
 
@@ -204,8 +194,8 @@ static void build_exe_table(const struct dl_phdr_info *info)
     }
     if (!inside) return;
     /* only the pages written become resident */
-    uint8_t *map = mmap(NULL, 24 + 16 * (len / 8), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) return;
+    uint8_t *map = pm_os_map(24 + 16 * (len / 8), 0);
+    if (!map) return;
     const uint8_t *h = pm_cfi_build_hdr((const uint8_t *)start, len, lo, hi, map);
     exe_lo = lo;
     exe_hi = hi;

@@ -374,7 +374,7 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
         const char *execfn = (const char *)getauxval(AT_EXECFN);
         char *exe = pm_os_map_scratch(PATH_MAX);
         maps_arg_t arg = {&o, execfn};
-        if (exe && execfn && execfn[0] != '/' && getcwd(exe, PATH_MAX)) {
+        if (exe && execfn && execfn[0] != '/' && pm_os_getcwd(exe, PATH_MAX)) {
             size_t n = strlen(exe), k = strlen(execfn);
             if (execfn[0] == '.' && execfn[1] == '/') execfn += 2, k -= 2;
             if (n + 1 + k < PATH_MAX) {

@@ -1,21 +1,14 @@
-/* prof_sites.c — the sampled allocation-site table.  A sampled allocation
- * gets a record (address → bucket, weight, size) and its bucket, one per
- * (call stack, requested size), accumulates unbiased estimates: each
- * sample adds the weight prof_sampler.c gave it (1/p blocks); its free
- * subtracts the same.  A stack's first EXACT_SIZES sizes get a bucket
- * each; its later sizes share one bucket per power of two, whose bytes are
- * still the exact sum of its samples' sizes (the profile shows its mean
- * size): at most EXACT_SIZES + 64 buckets a stack, whatever the sizes, so
- * the table and a dump's time grow with the stacks, not with the sizes.  Snapshots copy the buckets into mapped memory for
- * prof_dump.c, which adds the stats and hands them to the writers.
- * Locks: prof.lock (the sites: stacks, buckets and their arena) and one
- * lock per record shard (a shard holds the records of the spans that hash
- * to it, and guards those spans' sampled-block fields).  No path holds two
- * of them; bucket counters are atomics, so frees never take prof.lock.
- * Must never: unwind, map memory or write a file while holding a lock —
- * pools are refilled and tables grown with the lock dropped; never call
- * malloc (everything comes from meta.c or pm_os_map), nor reach up to the
- * stats, init or the dump API. */
+/* prof_sites.c — the sampled allocation-site table: a record per live
+ * sample (address → bucket, weight, size), a bucket per (call stack,
+ * requested size) holding unbiased estimates (each sample adds the weight
+ * prof_sampler.c gave it, its free subtracts it), and snapshots in mapped
+ * memory for prof_dump.c.  A stack's sizes past its first EXACT_SIZES share
+ * a bucket per power of two, so the table grows with stacks, not sizes.
+ * Locks: prof.lock (stacks, buckets, their arena) and one per record shard
+ * (the records and sampled-block fields of the spans that hash to it),
+ * never two at once; frees never take prof.lock.  Must never: unwind, map
+ * memory or write a file under a lock, call malloc, or reach up to stats,
+ * init or the dump API. */
 #include "pm_internal.h"
 #include "pm_prof_types.h"
 #include "pm_prof_unwind.h"
@@ -442,7 +435,7 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
-void pm_alloc_sampled(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -509,7 +502,7 @@ static void shrink_records(shard_t *sh)
     if (old_n * sizeof *old > SMALL_HEADS) unmap_counted(old, old_n * sizeof *old);
 }
 
-void pm_free_sampled(pm_span_t *s, void *p)
+void pm_sites_remove(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
      * without a lock.  The span's fields for p were written before p was

@@ -16,14 +16,10 @@
 
 #include <elf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <string.h>
 #include <sys/auxv.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* One candidate symbol of the object being symbolized.  name points into
  * a mapped file or into the loaded object; used before either goes away. */
@@ -212,21 +208,7 @@ static size_t memory_build_id(const struct dl_phdr_info *info, char *hex)
     return 0;
 }
 
-/* A read-only private mapping of a whole file, or NULL. */
-static const uint8_t *map_file(const char *path, size_t *len)
-{
-    int fd = pm_os_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return NULL;
-    struct stat st;
-    void *p = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-        (uint64_t)st.st_size < SIZE_MAX) {
-        *len = (size_t)st.st_size;
-        p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
-    }
-    pm_os_close(fd);
-    return p == MAP_FAILED ? NULL : p;
-}
+static const uint8_t *map_file(const char *path, size_t *len) { return pm_os_map_file(path, len); }
 
 /* Section headers of a mapped ELF file of our own class, or NULL. */
 static const ElfW(Shdr) *elf_sections(const uint8_t *f, size_t len, size_t *n)
@@ -438,7 +420,7 @@ static void symbolize(pm_symbols_t *w, const struct dl_phdr_info *info,
     char hex[2 * BUILD_ID_MAX + 1];
     w->syms.len = 0;
     if (f && build[0] && (!file_build_id(f, flen, hex) || strcmp(hex, build))) {
-        munmap((void *)f, flen); /* not the file that was loaded */
+        pm_os_unmap((void *)f, flen); /* not the file that was loaded */
         f = NULL;
     }
     if (f && !file_syms(w, f, flen, SHT_SYMTAB)) {
@@ -471,8 +453,8 @@ static void symbolize(pm_symbols_t *w, const struct dl_phdr_info *info,
         const sym_t *s = find_sym(v, nsyms, l->pc - 1 - info->dlpi_addr);
         if (s) l->func = pm_symbols_func(w, pm_symbols_intern_n(w, s->name, s->len), file);
     }
-    if (dbg) munmap((void *)dbg, dlen);
-    if (f) munmap((void *)f, flen);
+    if (dbg) pm_os_unmap((void *)dbg, dlen);
+    if (f) pm_os_unmap((void *)f, flen);
 }
 
 /* Held across dl_iterate_phdr, and by the fork handler: a thread forking
@@ -506,7 +488,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
             w->maps.failed = true; /* the dump fails with ENOMEM */
             return 1;
         }
-        ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX - 1);
+        ssize_t n = pm_os_readlink("/proc/self/exe", exe, PATH_MAX - 1);
         exe[n > 0 ? n : 0] = 0;
         name = exe;
         path = "/proc/self/exe";

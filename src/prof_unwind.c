@@ -8,6 +8,7 @@
  * Locks: none; the rule cache is lock-free.  AArch64 always walks frame
  * records and other targets capture nothing. */
 #include "pm.h"
+#include "pm_os.h"
 #include "pm_prof_objects.h"
 #include "pm_prof_unwind.h"
 #include "pm_prof_unwind_cfi.h"
@@ -15,7 +16,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/mman.h>
 
 /* No frame is further than this above the capturing frame. */
 #define PM_STACK_SPAN ((uintptr_t)64 << 20)
@@ -146,12 +146,12 @@ static _Atomic uint32_t search_hint[256];
 static void cache_grow(void)
 {
     size_t bytes = sizeof(cache_entry_t) << PM_ST_CACHE_BITS;
-    void *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (t == MAP_FAILED) return;
+    void *t = pm_os_map(bytes, 0);
+    if (!t) return;
     cache_entry_t *expected = NULL;
     if (!atomic_compare_exchange_strong_explicit(&rule_cache, &expected, (cache_entry_t *)t,
                                                  memory_order_release, memory_order_relaxed))
-        munmap(t, bytes);
+        pm_os_unmap(t, bytes);
 }
 
 /* A lookup met another PC's entry in its slot (a miss, or a hit in the
@@ -251,10 +251,9 @@ static void find_rule(uintptr_t pc, pm_cfi_frame_rule_t *r, uint64_t *touched)
     uint64_t key = cache_key(pc, hdr, ident);
     uint64_t kx = atomic_load_explicit(&e->key_x_data, memory_order_relaxed);
     uint64_t d = atomic_load_explicit(&e->data, memory_order_relaxed);
-    /* Two ways: a PC whose slot another took sits in the slot's neighbour
-     * (two PCs of one stack that shared a slot had missed at every sample:
-     * 2.5 instructions per malloc+free pair in bench/fastpath at the
-     * default rate, the small cache never filling enough to grow). */
+    /* Two ways: a PC whose slot another took sits in the slot's neighbour,
+     * so two PCs of one stack that share a slot do not miss at every sample
+     * (bench/count-instructions.sh at the default rate shows it). */
     cache_entry_t *alt = NULL;
     uint64_t ad = 0;
     if (PM_UNLIKELY(!(d & 1) || (kx ^ d) != key)) {

@@ -1,15 +1,9 @@
-/* sizeclass.c — the size-class table, computed once at init.
- * Classes: 16..128 in steps of 16, then 8 classes per doubling (step =
- * the power of two below the size / 8) up to 256 KiB, so internal waste
- * is at most 12.5% above 128 bytes.  A class's span is the fewest pages
- * with at most 1/8 left over at its tail (a page holds at least 8 objects
- * of the classes up to 1 KiB).  Spans of the big classes thus hold 1 to 11
- * objects: one live object pins its whole span, and with spans of at least
- * 32 KiB strings grown by realloc left 3x their live bytes resident
- * (bench/realloc peak RSS: 43 MB, now 33 MB).  Batch (objects moved
- * between a thread cache and the central list at once) is 64 KiB / size,
- * clamped to 2..32.
- * doc/design.md prints the table with its waste (build/sizeclass-table).
+/* sizeclass.c — the size-class table, computed once at init: 16..128 in
+ * steps of 16, then 8 classes per doubling up to 256 KiB (at most 12.5 %
+ * internal waste above 128 bytes); a class's span is the fewest pages with
+ * at most 1/8 at its tail, since one live object pins its span; batch is
+ * 64 KiB / size, clamped to 2..32.  test_sizeclass_table checks the rules;
+ * doc/design.md prints the table (make sizeclass-table).
  * Written only during init; read-only afterwards, no lock. */
 #include "pm_internal.h"
 

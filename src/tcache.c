@@ -18,8 +18,6 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <errno.h>
 
 PM_TLS pm_tcache_t pm_tls;
@@ -157,15 +155,7 @@ static void node_claim(pm_treg_t *n, pm_tcache_t *t)
 
 /* Does the calling thread have a robust list for the kernel to walk at its
  * death?  (Asked outside any lock: a system call.) */
-static int have_robust_list(void)
-{
-    void *head = NULL;
-    size_t len = 0;
-    int saved = errno;
-    long rc = syscall(SYS_get_robust_list, 0, &head, &len);
-    errno = saved;
-    return rc == 0 && head != NULL;
-}
+static int have_robust_list(void) { return pm_os_has_robust_list(); }
 
 /* A thread's first slow path: it samples from now on, and caches nothing
  * for its first PM_THREAD_NEW_OPS operations.  A thread whose first

@@ -7,9 +7,9 @@
 #   test_prof_unwind_cfi  the CFI decoder alone, on hand-built byte buffers
 
 ST_DIR := $(BUILD)/test/stacktrace
-ST_HDRS := src/pm.h src/pm_prof_unwind.h src/pm_prof_unwind_cfi.h src/pm_prof_objects.h src/pm_elf.h
+ST_HDRS := src/pm.h src/pm_os.h src/pm_prof_unwind.h src/pm_prof_unwind_cfi.h src/pm_prof_objects.h src/pm_elf.h
 ST_CHAIN_FLAGS := -O2 -fno-inline -fno-optimize-sibling-calls $(PM_NOSPLIT)
-ST_SRCS := prof_unwind prof_objects prof_unwind_cfi prof_unwind_go
+ST_SRCS := prof_unwind prof_objects prof_unwind_cfi prof_unwind_go os_linux
 ST_OBJS := $(ST_SRCS:%=$(ST_DIR)/%.o) $(ST_DIR)/needed.o $(ST_DIR)/chain_om.o $(ST_DIR)/chain_fp.o \
 	$(ST_DIR)/test_prof_unwind.o
 

@@ -53,6 +53,34 @@ static void test_options_load(void **state)
     pm_options = saved;
 }
 
+/* The rows the docs are generated from (doc/gen_options.c): each one named
+ * PROFMALLOC_*, its `code` marks paired, and its default the value in
+ * force, parsed back to the same number (what check-docs relies on). */
+static void test_options_rows_document_defaults(void **state)
+{
+    (void)state;
+    const char *name, *doc;
+    char def[64];
+    size_t i = 0;
+    int sizes = 0;
+    for (; pm_options_row(i, &name, &doc, def, sizeof def) == 0; i++) {
+        assert_memory_equal(name, "PROFMALLOC_", 11);
+        assert_true(strlen(doc) > 10);
+        int marks = 0;
+        for (const char *d = doc; *d; d++) marks += *d == '`';
+        assert_int_equal(marks % 2, 0);
+        assert_true(def[0] != 0);
+        uint64_t v;
+        if (!strcmp(name, "PROFMALLOC_SAMPLE_RATE") || !strcmp(name, "PROFMALLOC_TCACHE_BYTES")) {
+            assert_int_equal(pm_fmt_parse_size(def, &v), 0);
+            assert_int_equal(v, name[11] == 'S' ? pm_options.sample_rate : pm_options.tcache_bytes);
+            sizes++;
+        }
+    }
+    assert_true(i >= 7);
+    assert_int_equal(sizes, 2);
+    assert_int_equal(pm_options_row(i, &name, &doc, def, sizeof def), -1);
+}
 
 /* ====================================================================== */
 
@@ -61,6 +89,7 @@ int main(void)
     core_test_init();
     const struct CMUnitTest options[] = {
         cmocka_unit_test(test_options_load),
+        cmocka_unit_test(test_options_rows_document_defaults),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("options", options, NULL, NULL);

@@ -1,0 +1,159 @@
+/* test_os_linux.c — unit tests of src/os_linux.c's file and memory calls
+ * for the profiler (pm_os.h): each does what the system call it wraps
+ * does, and keeps errno where the contract says so. */
+#include "core_test.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A fresh directory for one test, removed by rm_dir. */
+static void make_dir(char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/pm_os_test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static void test_os_map_file(void **state)
+{
+    (void)state;
+    char dir[256], path[300], empty[300];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/f", dir);
+    snprintf(empty, sizeof empty, "%s/e", dir);
+    write_file(path, "profmalloc");
+    write_file(empty, "");
+    size_t len = 0;
+    errno = 1234;
+    const char *p = pm_os_map_file(path, &len);
+    assert_non_null(p);
+    assert_int_equal(len, 10);
+    assert_memory_equal(p, "profmalloc", 10);
+    assert_int_equal(pm_os_unmap((void *)p, len), 0);
+    /* nothing to map: an empty file, a directory, no file; errno kept */
+    assert_null(pm_os_map_file(empty, &len));
+    assert_null(pm_os_map_file(dir, &len));
+    snprintf(path, sizeof path, "%s/missing", dir);
+    assert_null(pm_os_map_file(path, &len));
+    assert_int_equal(errno, 1234);
+    unlink(empty);
+    snprintf(path, sizeof path, "%s/f", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_os_stat_and_links(void **state)
+{
+    (void)state;
+    char dir[256], file[300], link[300], buf[300];
+    make_dir(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/f", dir);
+    snprintf(link, sizeof link, "%s/l", dir);
+    write_file(file, "x");
+    assert_int_equal(symlink("f", link), 0);
+    struct stat st;
+    assert_int_equal(pm_os_stat(link, &st, 0), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(pm_os_stat(link, &st, 1), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_size, 1);
+    ssize_t n = pm_os_readlink(link, buf, sizeof buf);
+    assert_int_equal(n, 1);
+    assert_memory_equal(buf, "f", 1);
+    int fd = open(file, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pm_os_fchmod(fd, 0600), 0);
+    assert_int_equal(pm_os_stat(file, &st, 1), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    close(fd);
+    assert_int_equal(pm_os_geteuid(), geteuid());
+    char cwd[4096], mine[4096];
+    assert_ptr_equal(pm_os_getcwd(cwd, sizeof cwd), cwd);
+    assert_non_null(getcwd(mine, sizeof mine));
+    assert_string_equal(cwd, mine);
+    unlink(link);
+    unlink(file);
+    rmdir(dir);
+}
+
+static void test_os_set_blocking(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+    assert_true(fcntl(p[1], F_GETFL) & O_NONBLOCK);
+    assert_int_equal(pm_os_set_blocking(p[1]), 0);
+    assert_false(fcntl(p[1], F_GETFL) & O_NONBLOCK);
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(pm_os_set_blocking(p[1]), -1); /* closed */
+}
+
+/* A private file mapping's written page reads as the file again once
+ * discarded (what the unwinder relies on never to happen to a page that
+ * was written: it discards read-only segments only). */
+static void test_os_discard(void **state)
+{
+    (void)state;
+    char dir[256], path[300];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/f", dir);
+    write_file(path, "file bytes");
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    long page = sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    assert_true(m != MAP_FAILED);
+    close(fd);
+    memcpy(m, "FILE", 4);
+    assert_memory_equal(m, "FILE bytes", 10);
+    errno = 77;
+    pm_os_discard(m, (size_t)page);
+    assert_int_equal(errno, 77);
+    assert_memory_equal(m, "file bytes", 10);
+    munmap(m, (size_t)page);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void *robust_in_thread(void *arg)
+{
+    *(int *)arg = pm_os_has_robust_list();
+    return NULL;
+}
+
+/* glibc registers a robust list for the main thread and each thread it
+ * starts (tcache.c's registry relies on it where the kernel allows). */
+static void test_os_robust_list(void **state)
+{
+    (void)state;
+    int in_thread = -1;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, robust_in_thread, &in_thread), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(in_thread, pm_os_has_robust_list());
+    if (!in_thread) skip(); /* qemu-user, a seccomp filter: no robust lists */
+    assert_int_equal(in_thread, 1);
+}
+
+int main(void)
+{
+    core_test_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_os_map_file),
+        cmocka_unit_test(test_os_stat_and_links),
+        cmocka_unit_test(test_os_set_blocking),
+        cmocka_unit_test(test_os_discard),
+        cmocka_unit_test(test_os_robust_list),
+    };
+    return cmocka_run_group_tests_name("os_linux", tests, NULL, NULL) ? 1 : 0;
+}
