@@ -15,8 +15,14 @@
  *   PROFMALLOC_DUMP          write a heap profile to this path at exit
  *                            (exit() or a return from main; a Go program
  *                            calls profmalloc_dump()); %p is the process id,
- *                            %% a %, any other % makes the value malformed
- *                            (default none)
+ *                            %e the program's name (the last part of the path
+ *                            it was started by: a script's own name), %% a %,
+ *                            any other % makes the value malformed (default
+ *                            none)
+ *   PROFMALLOC_DUMP_EMPTY    1: the exit dump is written even by a process
+ *                            that sampled no allocation (by default such a
+ *                            process, a shell in a wrapper script, writes
+ *                            nothing) (default 0)
  *   PROFMALLOC_UNWIND        stack unwinder: dwarf (.eh_frame tables, works
  *                            without frame pointers) or fp (frame pointers:
  *                            faster, needs -fno-omit-frame-pointer
@@ -28,8 +34,8 @@
  *                            anyway); unset, the cap is the default or half
  *                            the memory in use, whichever is more; set, it is
  *                            the cap (default 64M)
- *   PROFMALLOC_VERBOSE       1 prints the options in force at start (default
- *                            0)
+ *   PROFMALLOC_VERBOSE       1 prints the options in force at start, and
+ *                            where the exit dump was written (default 0)
  *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen() keeps RTLD_DEEPBIND (dropped by
  *                            default, so that a library opened with it frees
  *                            through profmalloc; profmalloc(3), NOTES)

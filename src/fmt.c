@@ -128,3 +128,46 @@ int pm_fmt_parse_size(const char *s, uint64_t *out)
     *out = v << shift;
     return 0;
 }
+
+/* strerror's text for the errnos a file write meets; NULL for others.
+ * glibc's strerror may translate (and so allocate and lock) or format
+ * into a buffer; a table does neither (test_fmt's test_errno_text). */
+const char *pm_fmt_errno_text(int err)
+{
+    static const struct { int err; const char *text; } table[] = {
+        {EPERM, "Operation not permitted"},
+        {ENOENT, "No such file or directory"},
+        {EINTR, "Interrupted system call"},
+        {EIO, "Input/output error"},
+        {ENXIO, "No such device or address"},
+        {EBADF, "Bad file descriptor"},
+        {EAGAIN, "Resource temporarily unavailable"},
+        {ENOMEM, "Cannot allocate memory"},
+        {EACCES, "Permission denied"},
+        {EBUSY, "Device or resource busy"},
+        {EEXIST, "File exists"},
+        {EXDEV, "Invalid cross-device link"},
+        {ENODEV, "No such device"},
+        {ENOTDIR, "Not a directory"},
+        {EISDIR, "Is a directory"},
+        {EINVAL, "Invalid argument"},
+        {ENFILE, "Too many open files in system"},
+        {EMFILE, "Too many open files"},
+        {ETXTBSY, "Text file busy"},
+        {EFBIG, "File too large"},
+        {ENOSPC, "No space left on device"},
+        {ESPIPE, "Illegal seek"},
+        {EROFS, "Read-only file system"},
+        {EPIPE, "Broken pipe"},
+        {EDEADLK, "Resource deadlock avoided"},
+        {ENAMETOOLONG, "File name too long"},
+        {ELOOP, "Too many levels of symbolic links"},
+        {EOVERFLOW, "Value too large for defined data type"},
+        {EDQUOT, "Disk quota exceeded"},
+        {ESTALE, "Stale file handle"},
+        {ECONNREFUSED, "Connection refused"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].err == err) return table[i].text;
+    return NULL;
+}

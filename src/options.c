@@ -12,6 +12,7 @@
 pm_options_t pm_options = {
     .sample_rate = PM_SAMPLE_RATE_DEFAULT,
     .dump_pattern = NULL,
+    .dump_empty = 0,
     .unwind_fp = 0,
     .tcache_bytes = 32u << 20,
     .release_bytes = 64u << 20,
@@ -38,8 +39,12 @@ static const struct option {
      "profiling off, `1` records every allocation", NULL, NULL, 0},
     {"PROFMALLOC_DUMP", PATTERN, &pm_options.dump_pattern,
      "write a heap profile to this path at exit (`exit()` or a return from `main`; a Go "
-     "program calls `profmalloc_dump()`); `%p` is the process id, `%%` a %, any other % "
-     "makes the value malformed", NULL, NULL, 0},
+     "program calls `profmalloc_dump()`); `%p` is the process id, `%e` the program's name "
+     "(the last part of the path it was started by: a script's own name), `%%` a %, any "
+     "other % makes the value malformed", NULL, NULL, 0},
+    {"PROFMALLOC_DUMP_EMPTY", BOOL, &pm_options.dump_empty,
+     "`1`: the exit dump is written even by a process that sampled no allocation (by "
+     "default such a process, a shell in a wrapper script, writes nothing)", NULL, NULL, 0},
     {"PROFMALLOC_UNWIND", UNWIND, &pm_options.unwind_fp,
      "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
      "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},
@@ -50,7 +55,8 @@ static const struct option {
      "second go back anyway); unset, the cap is the default or half the memory in use, "
      "whichever is more; set, it is the cap", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
-     "`1` prints the options in force at start", NULL, NULL, 0},
+     "`1` prints the options in force at start, and where the exit dump was written",
+     NULL, NULL, 0},
     {"PROFMALLOC_KEEP_DEEPBIND", BOOL, &pm_options.keep_deepbind,
      "`1`: `dlopen()` keeps `RTLD_DEEPBIND` (dropped by default, so that a library "
      "opened with it frees through profmalloc; profmalloc(3), NOTES)", NULL, NULL, 0},
@@ -91,7 +97,7 @@ static int parse(const struct option *o, const char *v)
         *(uint64_t *)o->target = n;
         return 0;
     }
-    case PATTERN: { /* a path; % only in %p and %% */
+    case PATTERN: { /* a path; % only in %p, %e and %% */
         /* copied: programs that set their process title (nginx, postgres,
          * setproctitle) overwrite the environment strings, and the exit
          * dump reads the pattern long after (one PATTERN option) */
@@ -99,7 +105,7 @@ static int parse(const struct option *o, const char *v)
         size_t n = 0;
         if (!*v) return -1;
         for (const char *s = v; *s; s++)
-            if (*s == '%' && (s[1] == 'p' || s[1] == '%')) s++;
+            if (*s == '%' && (s[1] == 'p' || s[1] == 'e' || s[1] == '%')) s++;
             else if (*s == '%') return -1;
         while (v[n] && n < sizeof copy - 1) n++;
         if (v[n]) return -1; /* longer than any path */

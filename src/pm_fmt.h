@@ -30,5 +30,7 @@ int pm_buf_flush(pm_buf_t *b);
 int pm_fmt_parse_size(const char *s, uint64_t *out);
 size_t pm_fmt_strlen(const char *s);
 int pm_fmt_streq(const char *a, const char *b);
+/* strerror's text for the common errnos of file writes, else NULL. */
+const char *pm_fmt_errno_text(int err);
 
 #endif

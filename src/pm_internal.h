@@ -30,6 +30,7 @@
 typedef struct pm_options {
     uint64_t sample_rate;      /* PROFMALLOC_SAMPLE_RATE */
     const char *dump_pattern;  /* PROFMALLOC_DUMP, or NULL */
+    int dump_empty;            /* PROFMALLOC_DUMP_EMPTY=1 */
     int unwind_fp;             /* PROFMALLOC_UNWIND=fp */
     uint64_t tcache_bytes;     /* PROFMALLOC_TCACHE_BYTES */
     uint64_t release_bytes;    /* PROFMALLOC_RELEASE_BYTES */
@@ -259,6 +260,7 @@ PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 void pm_sites_init(void);
 uint64_t pm_sites_live_samples(void);
 uint64_t pm_sites_mapped_bytes(void); /* records and large tables (metadata) */
+int pm_sites_sampled_any(void);
 void pm_sites_lock_all(void);
 void pm_sites_unlock_all(int child);
 

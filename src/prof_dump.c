@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,7 +315,26 @@ PM_EXPORT int profmalloc_dump(const char *path)
     return rc;
 }
 
-/* Expands %p (pid) and %% in PROFMALLOC_DUMP. */
+/* The program's name for %e: the last component of the path it was
+ * executed by (AT_EXECFN, the kernel's copy of execve's path: a script's
+ * own name rather than its interpreter's, a symlink's rather than its
+ * target's, as core_pattern's %e; and not argv[0], which setproctitle
+ * overwrites), else of /proc/self/exe, else "unknown".  `buf` holds the
+ * link read.  test_prof's test_dump_at_exit_program_name. */
+static const char *program_name(char *buf, size_t cap)
+{
+    const char *fn = (const char *)getauxval(AT_EXECFN);
+    if (!fn || !*fn) {
+        ssize_t n = pm_os_readlink("/proc/self/exe", buf, cap - 1);
+        if (n <= 0) return "unknown";
+        buf[n] = 0;
+        fn = buf;
+    }
+    fn += dir_len(fn);
+    return *fn ? fn : "unknown";
+}
+
+/* Expands %p (pid), %e (the program's name) and %% in PROFMALLOC_DUMP. */
 void pm_dump_at_exit(void)
 {
     const char *pattern = pm_options.dump_pattern;
@@ -332,6 +352,9 @@ void pm_dump_at_exit(void)
         if (s[0] == '%' && s[1] == 'p') {
             pm_buf_u64(&b, (uint64_t)pm_os_getpid());
             s++;
+        } else if (s[0] == '%' && s[1] == 'e') {
+            pm_buf_str(&b, program_name(msg, MSG_CAP));
+            s++;
         } else if (s[0] == '%' && s[1] == '%') {
             pm_buf_str(&b, "%");
             s++;
@@ -341,22 +364,27 @@ void pm_dump_at_exit(void)
         }
     }
     path[b.len] = 0;
-    int err = ENAMETOOLONG;
-    if (!b.truncated) {
-        if (profmalloc_dump(path) == 0) {
-            pm_os_unmap(path, PATH_CAP + MSG_CAP);
-            return;
-        }
-        err = errno;
+    /* a process that sampled nothing (a shell in a wrapper script) leaves
+     * no file unless asked: test_prof's test_exit_dump_when_empty */
+    int empty = !pm_options.dump_empty && !pm_sites_sampled_any();
+    int err = empty ? 0 : b.truncated ? ENAMETOOLONG : profmalloc_dump(path) == 0 ? 0 : errno;
+    /* silent when written, unless asked; else which file and why, in
+     * strerror's words from a table (strerror may allocate;
+     * test_prof's test_exit_dump_messages) */
+    if (!err && !pm_options.verbose) {
+        pm_os_unmap(path, PATH_CAP + MSG_CAP);
+        return;
     }
-    /* which file and why (errno's number: strerror may allocate) */
     pm_buf_t m;
     pm_buf_init(&m, msg, MSG_CAP - 1, -1);
-    pm_buf_str(&m, "PROFMALLOC_DUMP: could not write the heap profile to ");
+    pm_buf_str(&m, err     ? "PROFMALLOC_DUMP: could not write the heap profile to "
+                   : empty ? "PROFMALLOC_DUMP: nothing sampled, no heap profile written to "
+                           : "PROFMALLOC_DUMP: wrote the heap profile to ");
     pm_buf_str(&m, path);
-    pm_buf_str(&m, " (errno ");
-    pm_buf_u64(&m, (uint64_t)err);
-    pm_buf_str(&m, ")");
+    const char *text = pm_fmt_errno_text(err);
+    if (empty) pm_buf_str(&m, " (PROFMALLOC_DUMP_EMPTY=1 writes one)");
+    else if (err && text) pm_buf_str(&m, ": "), pm_buf_str(&m, text);
+    else if (err) pm_buf_str(&m, ": errno "), pm_buf_u64(&m, (uint64_t)err);
     msg[m.len] = 0;
     pm_os_message(msg);
     pm_os_unmap(path, PATH_CAP + MSG_CAP);

@@ -43,20 +43,14 @@ static void pb_value_type(pm_ebuf_t *out, pm_ebuf_t *sub, unsigned field, uint32
 enum { S_EMPTY, S_ALLOC_OBJECTS, S_COUNT, S_ALLOC_SPACE, S_BYTES, S_INUSE_OBJECTS,
        S_INUSE_SPACE, S_SPACE, S_FIXED };
 
-static void add_comment(pm_symbols_t *w, pm_ebuf_t *ids, const char *what, uint64_t v, const char *unit)
+/* One "key=value" of the totals comment; `B` marks bytes. */
+static void add_total(pm_buf_t *b, const char *what, uint64_t v, int bytes)
 {
-    char line[128];
-    size_t n = strlen("profmalloc: "), k = strlen(what);
-    memcpy(line, "profmalloc: ", n);
-    memcpy(line + n, what, k);
-    n += k;
-    line[n++] = '=';
-    n += pm_fmt_u64(line + n, v);
-    k = strlen(unit);
-    memcpy(line + n, unit, k);
-    n += k;
-    uint32_t id = pm_symbols_intern_n(w, line, n);
-    pm_encode_put(ids, &id, sizeof id);
+    pm_buf_str(b, " ");
+    pm_buf_str(b, what);
+    pm_buf_str(b, "=");
+    pm_buf_u64(b, v);
+    if (bytes) pm_buf_str(b, "B");
 }
 
 /* Why has_functions stays false although Function/Line are filled in:
@@ -80,20 +74,29 @@ static int write_proto(int fd, const pm_prof_snapshot_t *s, pm_symbols_t *w)
 
     for (size_t i = 0; i < S_FIXED; i++) pm_symbols_intern(w, fixed[i]);
     const profmalloc_stats_t *t = &s->totals;
-    add_comment(w, &comments, "in_use", t->in_use, " bytes");
-    add_comment(w, &comments, "requested", t->requested, " bytes");
-    add_comment(w, &comments, "mapped", t->mapped, " bytes");
-    add_comment(w, &comments, "resident_estimate", t->resident_estimate, " bytes");
-    add_comment(w, &comments, "thread_cache", t->thread_cache, " bytes");
-    add_comment(w, &comments, "central_cache", t->central_cache, " bytes");
-    add_comment(w, &comments, "fragmentation", t->fragmentation, " bytes");
-    add_comment(w, &comments, "pageheap_free", t->pageheap_free, " bytes");
-    add_comment(w, &comments, "released", t->released, " bytes");
-    add_comment(w, &comments, "metadata", t->metadata, " bytes");
-    add_comment(w, &comments, "threads", t->threads, "");
-    add_comment(w, &comments, "lock_contention", t->lock_contention, "");
-    add_comment(w, &comments, "samples_live", t->samples_live, "");
-    add_comment(w, &comments, "sample_rate", s->sample_rate, " bytes");
+    /* the exact totals in one comment, not one each: pprof prints every
+     * comment atop its reports and in the -png legend (profmalloc stats
+     * reads both forms; test_prof_pprof's test_writer_proto) */
+    char line[512];
+    pm_buf_t b;
+    pm_buf_init(&b, line, sizeof line, -1);
+    pm_buf_str(&b, "profmalloc:");
+    add_total(&b, "in_use", t->in_use, 1);
+    add_total(&b, "requested", t->requested, 1);
+    add_total(&b, "mapped", t->mapped, 1);
+    add_total(&b, "resident_estimate", t->resident_estimate, 1);
+    add_total(&b, "thread_cache", t->thread_cache, 1);
+    add_total(&b, "central_cache", t->central_cache, 1);
+    add_total(&b, "fragmentation", t->fragmentation, 1);
+    add_total(&b, "pageheap_free", t->pageheap_free, 1);
+    add_total(&b, "released", t->released, 1);
+    add_total(&b, "metadata", t->metadata, 1);
+    add_total(&b, "threads", t->threads, 0);
+    add_total(&b, "lock_contention", t->lock_contention, 0);
+    add_total(&b, "samples_live", t->samples_live, 0);
+    add_total(&b, "sample_rate", s->sample_rate, 1);
+    uint32_t id = pm_symbols_intern_n(w, line, b.len);
+    pm_encode_put(&comments, &id, sizeof id);
 
     for (size_t i = 0; i < s->nsamples; i++)
         for (uint32_t d = 0; d < s->samples[i].depth; d++)

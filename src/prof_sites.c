@@ -134,6 +134,10 @@ uint64_t pm_sites_live_samples(void)
     return n;
 }
 
+/* Was any allocation sampled since start?  Its site stays in the table
+ * after the block is freed, so an empty table means none was. */
+int pm_sites_sampled_any(void) { return ((volatile table_t *)&prof.buckets)->count != 0; }
+
 /* ---- tables and pools, grown with the lock dropped ------------------- */
 
 /* Chains only ever gain nodes at their head, published with a release

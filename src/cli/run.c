@@ -251,6 +251,7 @@ int cmd_run(int argc, char **argv)
     snprintf(preload, pl, "%s%s%s", libpath, old && *old ? ":" : "", old && *old ? old : "");
     setenv("LD_PRELOAD", preload, 1);
     setenv("PROFMALLOC_DUMP", dump, 1);
+    setenv("PROFMALLOC_DUMP_EMPTY", "1", 1); /* counted below as "sampled nothing" */
     if (rate) setenv("PROFMALLOC_SAMPLE_RATE", rate, 1);
     /* issue 27's variables (doc/timeline.md); a library without them ignores them */
     char extra[PATH_MAX + 32];

@@ -24,7 +24,9 @@ def run(args, env=None, check=None, timeout=60, input=None):
     e.pop('NO_COLOR', None)
     if env:
         e.update(env)
-    r = subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout, input=input)
+    # errors='replace': a corrupt profile's names reach the output as they are
+    r = subprocess.run(args, env=e, capture_output=True, text=True, errors='replace', timeout=timeout,
+                       input=input)
     if check is not None and r.returncode != check:
         raise AssertionError('%s: exit %d (want %d)\nstdout: %s\nstderr: %s' %
                              (' '.join(args), r.returncode, check, r.stdout[-2000:], r.stderr[-2000:]))
@@ -319,6 +321,24 @@ def test_cxx_names_demangled():
     expect(all(len(l) <= 80 for l in r.stdout.splitlines()[1:]), 'fits 80 columns')
 
 
+def varint(b, i):
+    v, shift = 0, 0
+    while True:
+        v |= (b[i] & 0x7f) << shift
+        shift += 7
+        i += 1
+        if b[i - 1] < 0x80:
+            return v, i
+
+
+def venc(v):
+    out = b''
+    while v >= 0x80:
+        out += bytes([v & 0x7f | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
 def test_stats():
     d, _ = profile_of('pie')
     r = run([PM, 'stats', os.path.join(d, 'before.pb.gz'), '--json'], check=0)
@@ -331,6 +351,29 @@ def test_stats():
     expect(all(len(l) <= 80 for l in r.stdout.splitlines()), 'stats fits 80 columns')
     r = run([PM, 'stats', os.path.join(d, 'before.heap')], check=0)
     expect('no allocator totals' in r.stdout, r.stdout)
+    # the totals travel in one comment; dumps from before carry one per value
+    raw = gzip.decompress(open(os.path.join(d, 'before.pb.gz'), 'rb').read())
+    fields, nstr, i = [], 0, 0
+    while i < len(raw):
+        key, i = varint(raw, i)
+        if key & 7 == 2:
+            n, j = varint(raw, i)
+            fields.append((key, raw[i:j + n]))
+            i = j + n
+        else:
+            _, j = varint(raw, i)
+            fields.append((key, raw[i:j]))
+            i = j
+        nstr += key == (6 << 3 | 2)
+    comments = [f for f in fields if f[0] == 13 << 3]
+    expect(len(comments) == 1, 'one comment line, not %d' % len(comments))
+    old = b''.join(bytes([k]) + v for k, v in fields if k != 13 << 3)
+    for n, (k, v) in enumerate(sorted(a.items())):
+        line = ('profmalloc: %s=%d bytes' % (k, v)).encode()
+        old += bytes([6 << 3 | 2]) + venc(len(line)) + line + bytes([13 << 3]) + venc(nstr + n)
+    open(os.path.join(d, 'old.pb'), 'wb').write(old)
+    r = run([PM, 'stats', os.path.join(d, 'old.pb'), '--json'], check=0)
+    expect(json.loads(r.stdout)['allocator'] == a, r.stdout)
 
 
 # ---- convert -----------------------------------------------------------------

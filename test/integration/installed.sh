@@ -2,7 +2,8 @@
 # installed.sh — `make install` into a scratch prefix, then build programs
 # the way a user would, with `pkg-config --cflags --libs profmalloc`, and
 # check that profmalloc really serves them: each program writes a heap
-# profile at exit (PROFMALLOC_DUMP), which only profmalloc can do.
+# profile at exit (PROFMALLOC_DUMP, with PROFMALLOC_DUMP_EMPTY=1: they sample
+# nothing at the default rate), which only profmalloc can do.
 #
 # The programs reference no profmalloc symbol and call free() only through
 # libc (they allocate with strdup/asprintf/getline, as C++ code allocates
@@ -39,7 +40,7 @@ EOC
 check() { # name, program -> the program's exit dump must exist, no message
     local name=$1 prog=$2
     rm -f "$tmp/heap.pb.gz"
-    PROFMALLOC_DUMP="$tmp/heap.pb.gz" "$prog" >/dev/null 2>"$tmp/err"
+    PROFMALLOC_DUMP_EMPTY=1 PROFMALLOC_DUMP="$tmp/heap.pb.gz" "$prog" >/dev/null 2>"$tmp/err"
     if [ ! -s "$tmp/heap.pb.gz" ] || [ -s "$tmp/err" ]; then
         echo "FAIL installed: $name: no exit dump, profmalloc did not serve the program: $(cat "$tmp/err")" >&2
         exit 1
@@ -100,7 +101,8 @@ void *malloc(size_t n)
 EOC
 "$CC" -shared -fPIC "$tmp/wrap.c" -o "$tmp/libwrap.so" -ldl
 "$CC" "$tmp/uselib.c" "$tmp/lib.c" -o "$tmp/plain"
-LD_PRELOAD="$tmp/libwrap.so $tmp/prefix/lib/libprofmalloc.so" PROFMALLOC_DUMP="$tmp/w.pb.gz" "$tmp/plain" 2>"$tmp/err"
+LD_PRELOAD="$tmp/libwrap.so $tmp/prefix/lib/libprofmalloc.so" PROFMALLOC_DUMP_EMPTY=1 PROFMALLOC_DUMP="$tmp/w.pb.gz" \
+    "$tmp/plain" 2>"$tmp/err"
 if [ -s "$tmp/err" ] || [ ! -s "$tmp/w.pb.gz" ]; then
     echo "FAIL installed: behind a forwarding wrapper: $(cat "$tmp/err")" >&2
     exit 1

@@ -1223,6 +1223,114 @@ static void test_dump_at_exit_with_pid(void **state)
     dump_at_exit("", NULL, "--print-pid-and-exit", "exit_site");
 }
 
+/* A process that sampled nothing (profiling off here) writes no exit
+ * dump, says so only when verbose, and writes an empty profile when
+ * PROFMALLOC_DUMP_EMPTY=1 asks for one. */
+static void test_exit_dump_when_empty(void **state)
+{
+    (void)state;
+    const char *path = path_in_dir("prof-empty.pb.gz");
+    char env[PATH_MAX + 160], want[PATH_MAX + 160];
+    int status;
+    unlink(path);
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_DUMP='%s'", path);
+    char *out = run_self(env, "--print-rate", &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(out, "rate=0\n");
+    assert_int_equal(access(path, F_OK), -1);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_VERBOSE=1 PROFMALLOC_DUMP='%s'", path);
+    out = run_self(env, "--print-rate", &status);
+    snprintf(want, sizeof want, "PROFMALLOC_DUMP: nothing sampled, no heap profile written to %s (", path);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(access(path, F_OK), -1);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_SAMPLE_RATE=0 PROFMALLOC_DUMP_EMPTY=1 PROFMALLOC_DUMP='%s'", path);
+    out = run_self(env, "--print-rate", &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(out, "rate=0\n");
+    tprof_t p;
+    load_profile(&p, path, NULL);
+    assert_int_equal(p.ns, 0);
+    free_profile(&p);
+    unlink(path);
+    free(out);
+}
+
+/* %e in PROFMALLOC_DUMP is the name the program was started by: here a
+ * symlink to retitle, which also blanks its argv (so neither
+ * /proc/self/exe nor argv[0] would give it). */
+static void test_dump_at_exit_program_name(void **state)
+{
+    (void)state;
+    char link[PATH_MAX + 32], env[PATH_MAX + 128];
+    snprintf(link, sizeof link, "%s/renamed-prog", g_dir);
+    unlink(link);
+    assert_int_equal(symlink(path_in_dir("retitle"), link), 0);
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/%%e.%%p.pb.gz'", g_dir);
+    int status;
+    char *out = run_program(env, link, "", &status);
+    assert_int_equal(status, 0);
+    char name[64];
+    snprintf(name, sizeof name, "renamed-prog.%d.pb.gz", atoi(out));
+    tprof_t p;
+    load_profile(&p, path_in_dir(name), NULL);
+    uint64_t v[4];
+    site_totals(&p, "retitle_site", v);
+    assert_true(v[INUSE_BYTES] >= 8u << 20);
+    free_profile(&p);
+    unlink(path_in_dir(name));
+    unlink(link);
+    free(out);
+}
+
+/* The exit dump says nothing when it wrote its file, unless
+ * PROFMALLOC_VERBOSE=1, which says where; when it could not, it says so
+ * with the path and the reason in words. */
+static int pid_line(const char *out)
+{
+    for (const char *l = out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (*l >= '1' && *l <= '9' && l[strspn(l, "0123456789")] == '\n') return atoi(l);
+    return -1;
+}
+
+static void test_exit_dump_messages(void **state)
+{
+    (void)state;
+    char env[PATH_MAX + 128], want[2 * PATH_MAX];
+    int status;
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/no-such-dir/x.%%p.pb.gz'", g_dir);
+    char *out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    snprintf(want, sizeof want,
+             "profmalloc: PROFMALLOC_DUMP: could not write the heap profile to %s/no-such-dir/x.%d.pb.gz: "
+             "No such file or directory\n", g_dir, pid_line(out));
+    assert_non_null(strstr(out, want));
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_DUMP='%s/prof-quiet.%%p.pb.gz'", g_dir);
+    out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    assert_null(strstr(out, "profmalloc:"));
+    snprintf(want, sizeof want, "%s/prof-quiet.%d.pb.gz", g_dir, pid_line(out));
+    assert_int_equal(access(want, F_OK), 0);
+    unlink(want);
+    free(out);
+
+    snprintf(env, sizeof env, "PROFMALLOC_VERBOSE=1 PROFMALLOC_DUMP='%s/prof-verbose.%%p.pb.gz'", g_dir);
+    out = run_self(env, "--print-pid-and-exit", &status);
+    assert_int_equal(status, 0);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/prof-verbose.%d.pb.gz", g_dir, pid_line(out));
+    snprintf(want, sizeof want, "profmalloc: PROFMALLOC_DUMP: wrote the heap profile to %s\n", path);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(access(path, F_OK), 0);
+    unlink(path);
+    free(out);
+}
+
 /* The exit dump's path survives a program that overwrites its environment
  * strings to set its process title (test/prof/retitle.c). */
 static void test_dump_at_exit_after_retitle(void **state)
@@ -1365,6 +1473,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_legacy_dump_without_proc),
         cmocka_unit_test(test_dump_at_exit_with_pid),
         cmocka_unit_test(test_dump_at_exit_after_retitle),
+        cmocka_unit_test(test_exit_dump_messages),
+        cmocka_unit_test(test_dump_at_exit_program_name),
+        cmocka_unit_test(test_exit_dump_when_empty),
         cmocka_unit_test(test_frame_pointer_unwind),
         cmocka_unit_test(test_malformed_option_reported_once),
         cmocka_unit_test(test_setuid_ignores_options),

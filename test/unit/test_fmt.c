@@ -84,12 +84,33 @@ static void test_fmt_buf(void **state)
 
 /* ====================================================================== */
 
+/* The exit dump's own errno table says what glibc's strerror says (the
+ * test runs in the C locale), for every errno it knows. */
+static void test_errno_text(void **state)
+{
+    (void)state;
+    int known = 0;
+    for (int e = 0; e < 200; e++) {
+        const char *t = pm_fmt_errno_text(e);
+        if (!t) continue;
+        known++;
+        assert_string_equal(t, strerror(e));
+    }
+    assert_string_equal(pm_fmt_errno_text(ENOENT), "No such file or directory");
+    assert_non_null(pm_fmt_errno_text(EACCES));
+    assert_non_null(pm_fmt_errno_text(ENOSPC));
+    assert_true(known >= 25);
+    assert_null(pm_fmt_errno_text(0));
+    assert_null(pm_fmt_errno_text(-1));
+}
+
 int main(void)
 {
     core_test_init();
     const struct CMUnitTest fmt[] = {
         cmocka_unit_test(test_fmt_parse_size),
         cmocka_unit_test(test_fmt_buf),
+        cmocka_unit_test(test_errno_text),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("fmt", fmt, NULL, NULL);

@@ -25,7 +25,7 @@ static void test_options_load(void **state)
     pm_options_load();
     assert_int_equal(pm_options.unwind_fp, 0);
     assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
-    /* % only in %p and %% */
+    /* % only in %p, %e and %% */
     setenv("PROFMALLOC_DUMP", "y.%t.heap", 1);
     pm_options_load();
     assert_string_equal(pm_options.dump_pattern, "x.%p.heap");
@@ -35,6 +35,9 @@ static void test_options_load(void **state)
     setenv("PROFMALLOC_DUMP", "z.%%.%p", 1);
     pm_options_load();
     assert_string_equal(pm_options.dump_pattern, "z.%%.%p");
+    setenv("PROFMALLOC_DUMP", "%e.%p.pb.gz", 1); /* and %e, the program's name */
+    pm_options_load();
+    assert_string_equal(pm_options.dump_pattern, "%e.%p.pb.gz");
     /* sizes above INT64_MAX (the profile's period is signed) are malformed */
     setenv("PROFMALLOC_SAMPLE_RATE", "9223372036854775808", 1);
     setenv("PROFMALLOC_TCACHE_BYTES", "18446744073709551615", 1);
