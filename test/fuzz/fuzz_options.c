@@ -2,7 +2,7 @@
  * the input, split at newlines, becomes the environment (a line's first
  * byte picks the variable when it is not already NAME=...), and
  * pm_options_load parses it.  Every option must come out in range (a rate
- * and sizes at most INT64_MAX, a dump pattern with % only in %p and %%,
+ * and sizes at most INT64_MAX, a dump pattern with % only in %p, %e, %%,
  * booleans 0 or 1), and pm_fmt_parse_size must agree with a reference
  * parser written here on every line.  Malformed values are reported on
  * stderr (run with -close_fd_mask=2). */
@@ -102,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         const char *d = pm_options.dump_pattern;
         if (!*d) die("an empty dump pattern", d);
         for (; *d; d++)
-            if (*d == '%' && d[1] != 'p' && d[1] != '%') die("a stray % in the dump pattern", pm_options.dump_pattern);
+            if (*d == '%' && d[1] != 'p' && d[1] != 'e' && d[1] != '%')
+                die("a stray % in the dump pattern", pm_options.dump_pattern);
             else if (*d == '%') d++;
     }
     pm_options = saved;
