@@ -42,7 +42,8 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # family, bottom up (doc/design.md, "The ladder"); override.c (the libc
 # names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
-	src/pagemap.c src/pageheap.c src/central.c src/tcache.c src/guard.c src/alloc.c src/stats.c src/init.c \
+	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/guard.c src/alloc.c \
+	src/large.c src/stats.c src/init.c \
 	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
 	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c \
 	src/prof_unwind_go.c src/prof_http.c

@@ -14,7 +14,8 @@
 #   make bench BENCH_ARGS="-w churn,prodcons -a glibc,pm -r 5"
 
 BENCH_BIN := $(BUILD)/bench
-BENCH_NAMES := fastpath churn larson prodcons threadchurn realloc grow large bigmix frag replay
+BENCH_NAMES := fastpath churn larson prodcons threadchurn realloc grow large bigmix frag replay \
+	mixed server tide bigtouch bigrepeat
 BENCH_EXES := $(addprefix $(BENCH_BIN)/,$(BENCH_NAMES))
 BENCH_CFLAGS := -std=gnu11 -O2 -g -pthread -Wall -Wextra
 BENCH_ARGS ?=

@@ -15,7 +15,8 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            grow large bigmix frag replay pythreads pyrounds
+#            grow large bigmix frag replay pythreads pyrounds mixed mixed-mt
+#            medium server tide bigtouch bigrepeat
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -30,7 +31,8 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds"
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds
+    mixed mixed-mt medium server tide bigtouch bigrepeat"
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
@@ -176,12 +178,33 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     pyrounds:full)     echo "pyrounds" ;;
     pyrounds:small)    echo "pyrounds -r 2" ;;
     pyrounds:quick)    echo "pyrounds -r 1" ;;
+    mixed:full)        echo "mixed -t 1" ;;
+    mixed:small)       echo "mixed -t 1 -n 500000" ;;
+    mixed:quick)       echo "mixed -t 1 -n 100000 -l 4096" ;;
+    mixed-mt:full)     echo "mixed -t $THREADS" ;;
+    mixed-mt:small)    echo "mixed -t $THREADS -n 500000" ;;
+    mixed-mt:quick)    echo "mixed -t $THREADS -n 100000 -l 4096" ;;
+    medium:full)       echo "mixed -m medium" ;;
+    medium:small)      echo "mixed -m medium -n 200000" ;;
+    medium:quick)      echo "mixed -m medium -n 20000 -l 512" ;;
+    server:full)       echo "server -t $pcs" ;;
+    server:small)      echo "server -t $pcs -n 20000" ;;
+    server:quick)      echo "server -t $pcs -n 5000" ;;
+    tide:full)         echo "tide" ;;
+    tide:small)        echo "tide -n 1 -z 67108864" ;;
+    tide:quick)        echo "tide -n 1 -z 33554432" ;;
+    bigtouch:full)     echo "bigtouch" ;;
+    bigtouch:small)    echo "bigtouch -n 20000" ;;
+    bigtouch:quick)    echo "bigtouch -n 5000" ;;
+    bigrepeat:full)    echo "bigrepeat" ;;
+    bigrepeat:small)   echo "bigrepeat -n 200" ;;
+    bigrepeat:quick)   echo "bigrepeat -n 50" ;;
     esac
 }
 
 SEL_W=()
 for w in $WORKLOADS; do
-    b=${w%-mt}
+    b=$(wl_cmd "$w" full); b=${b%% *}
     if [ ! -x "$BIN/$b" ]; then
         note "skipped workload $w: $BIN/$b not built (run make bench)"
         continue
@@ -331,11 +354,13 @@ md="$OUT/benchmarks.md"
     echo "## Workloads"
     echo
     for w in "${SEL_W[@]}"; do
-        b=${w%-mt}
+        b=$(wl_cmd "$w" full); b=${b%% *}
         src=bench/$b.c
         [ -f "$src" ] || src=bench/$b.py
         desc=$(awk 'NR<=2 && sub(/^(\/\*|""")[ ]*[a-z]+ — /, "") { sub(/\.$/, ""); print; exit }' "$src")
         [ $w = churn-mt ] && desc="churn with $THREADS threads, each an independent churn of the same size (scaling check)"
+        [ $w = mixed-mt ] && desc="mixed with $THREADS threads, each its own table of live blocks"
+        [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"
         printf -- '- **%s** (%s): %s\n' "$w" "$args" "$desc"

@@ -4,7 +4,15 @@
 # (~2x one thread), producer/consumer (>= 10x glibc), and peak RSS on the
 # same runs (<= 1.1x glibc).
 #
-# Usage: bench/targets.sh [-b DIR] [-p SO] [-c SO] [-r ROUNDS] [-n STEPS]
+# A second table covers the whole size range (issue 25's workloads): mixed
+# (16 B-256 KiB, 1 and 2 threads), medium (1-256 KiB only), server (trees
+# freed by another thread), tide (a live set rising to 320 MB and falling),
+# bigtouch (64 KiB-4 MiB, three bytes touched), bigrepeat (2-16 MiB
+# buffers filled), prodcons and churn, on glibc, jemalloc, tcmalloc,
+# mimalloc, pm-0 and pm: time and peak RSS against glibc and against the
+# faster of tcmalloc and mimalloc, and profiling's cost (pm / pm-0).
+#
+# Usage: bench/targets.sh [-b DIR] [-p SO] [-c SO] [-r ROUNDS] [-n STEPS] [-w core|sizes|all]
 #   -b DIR    built workloads (default build/bench)
 #   -p SO     libprofmalloc.so (default build/libprofmalloc.so)
 #   -c SO     the ceiling allocator (default DIR/libceiling.so)
@@ -13,6 +21,7 @@
 #             within a round (the median of them is printed), so slow phases
 #             of a shared machine hit the runs compared alike
 #   -n N      churn steps per thread (default 20000000)
+#   -w WHICH  core (the first table), sizes (the second) or all (default)
 # Prints a Markdown table of medians and ratios on stdout; progress on stderr.
 #
 # Allocators: glibc, pm (default sample rate), pm-0 (profiling off),
@@ -39,13 +48,15 @@ PM_SO=build/libprofmalloc.so
 CEIL=
 ROUNDS=9
 STEPS=20000000
-while getopts "b:p:c:r:n:h" opt; do
+WHICH=all
+while getopts "b:p:c:r:n:w:h" opt; do
     case $opt in
     b) BIN=$OPTARG ;;
     p) PM_SO=$OPTARG ;;
     c) CEIL=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     n) STEPS=$OPTARG ;;
+    w) WHICH=$OPTARG ;;
     h) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) exit 64 ;;
     esac
@@ -88,12 +99,14 @@ run() { # alloc workload args... -> appends "seconds rss" to $tmp/alloc.workload
 }
 
 status=0
+case $WHICH in core|sizes|all) ;; *) echo "targets.sh: -w core|sizes|all" >&2; exit 64 ;; esac
+[ $WHICH = sizes ] && ROUNDS_CORE=0 || ROUNDS_CORE=$ROUNDS
 # Each workload runs on every allocator back to back, in a new random order
 # each round: the machine's slow phases last seconds, so the runs compared
 # with each other are close in time, and no allocator always follows the same
 # one.  Ratios are taken within a round and their median reported.
 order() { printf '%s\n' "${ALLOCS[@]}" | { shuf 2>/dev/null || cat; }; }
-for ((r = 1; r <= ROUNDS; r++)); do
+for ((r = 1; r <= ROUNDS_CORE; r++)); do
     echo "targets.sh: round $r/$ROUNDS" >&2
     for m in checked bare; do
         mode=()
@@ -122,6 +135,7 @@ pmed() {
         awk -v k="$5" '$1 > 0 && $2 > 0 { print k * $1 / $2 }' | sort -g |
         awk '{ v[NR] = $1 } END { if (!NR) print "–"; else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+if [ $ROUNDS_CORE -gt 0 ]; then
 declare -A T
 for a in "${ALLOCS[@]}"; do
     for w in churn1 churn2 prodcons; do
@@ -156,4 +170,72 @@ echo "checked: blocks written and checked; bare (-m bare): malloc and free only.
 echo "×glibc: glibc's time / the allocator's (throughput ratio, higher is better)."
 echo "2-thr scaling: two threads do twice one thread's work; 2 × T(1 thread) / T(2 threads)."
 echo "RSS: peak RSS (VmHWM) / glibc's on the same run (lower is better)."
+fi
+
+# ---- the whole size range -----------------------------------------------------
+if [ $WHICH != core ]; then
+    SZ_ALLOCS=(glibc pm pm-0)
+    for a in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2; do
+        p=$(find_lib "${a#*:}")
+        [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
+    done
+    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat)
+    sz_cmd() {
+        case $1 in
+        mixed) echo "mixed -t 1" ;;
+        mixed2) echo "mixed -t 2" ;;
+        medium) echo "mixed -m medium" ;;
+        server) echo "server" ;;
+        prodcons) echo "prodcons -n 2000000" ;;
+        churn) echo "churn -t 1 -n 5000000" ;;
+        tide) echo "tide -n 2" ;;
+        bigtouch) echo "bigtouch" ;;
+        bigrepeat) echo "bigrepeat -n 1000" ;;
+        esac
+    }
+    for ((r = 1; r <= ROUNDS; r++)); do
+        echo "targets.sh: sizes round $r/$ROUNDS" >&2
+        for w in "${SZ_W[@]}"; do
+            for a in $(printf '%s\n' "${SZ_ALLOCS[@]}" | { shuf 2>/dev/null || cat; }); do
+                # shellcheck disable=SC2046
+                run "$a" sz.$w $(sz_cmd $w) || status=1
+            done
+        done
+    done
+    # bestpeer FILE_PM COL -> per-round pm / min(tcmalloc, mimalloc), median
+    bestpeer() {
+        local pm=$tmp/$1.sz.$2 tc=$tmp/tcmalloc.sz.$2 mi=$tmp/mimalloc.sz.$2 c=$3
+        { [ -s "$pm" ] && [ -s "$tc" ] && [ -s "$mi" ]; } || { echo "–"; return; }
+        paste -d' ' <(awk -v c=$c '{ print $c }' "$pm") <(awk -v c=$c '{ print $c }' "$tc") <(awk -v c=$c '{ print $c }' "$mi") |
+            awk '{ b = $2 < $3 ? $2 : $3; if (b > 0) print $1 / b }' | sort -g |
+            awk '{ v[NR] = $1 } END { if (!NR) print "–"; else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    }
+    echo
+    echo "Whole size range: medians of $ROUNDS rounds (every workload on every allocator"
+    echo "back to back, in random order), ratios per round then the median."
+    echo "\`bench/targets.sh -w sizes -r $ROUNDS\`, $(date -u +%Y-%m-%d), $(nproc) CPUs."
+    echo
+    printf '| workload | glibc s |'
+    for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf ' %s ×glibc |' "$a"; done
+    printf ' pm / best peer time | pm / pm-0 time |'
+    for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf ' RSS %s |' "$a"; done
+    echo
+    printf '|---|---:|'
+    for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf -- '---:|'; done
+    printf -- '---:|---:|'
+    for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf -- '---:|'; done
+    echo
+    for w in "${SZ_W[@]}"; do
+        g=$tmp/glibc.sz.$w
+        printf '| %s | %s |' "$w" "$(med "$g" 1)"
+        for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf ' %s |' "$(pmed "$g" 1 "$tmp/$a.sz.$w" 1 1)"; done
+        printf ' %s | %s |' "$(bestpeer pm $w 1)" "$(pmed "$tmp/pm.sz.$w" 1 "$tmp/pm-0.sz.$w" 1 1)"
+        for a in "${SZ_ALLOCS[@]}"; do [ $a = glibc ] || printf ' %s |' "$(pmed "$tmp/$a.sz.$w" 2 "$g" 2 1)"; done
+        echo
+    done
+    echo
+    echo "×glibc: glibc's time / the allocator's (higher is better).  pm / best peer: pm's time over"
+    echo "the faster of tcmalloc and mimalloc in the same round (lower is better; target <= 1.05)."
+    echo "pm / pm-0: the default sample rate's cost (target <= 1.02).  RSS: peak RSS / glibc's."
+fi
 exit $status

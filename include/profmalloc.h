@@ -31,9 +31,11 @@
  *                            32M)
  *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back
  *                            to the OS (pages unused for a second go back
- *                            anyway); unset, the cap is the default or half
- *                            the memory in use, whichever is more; set, it is
- *                            the cap (default 64M)
+ *                            anyway); unset, the cap is the default or the
+ *                            memory in use, whichever is more, and free
+ *                            memory over it waits for the next tick (1/8 s)
+ *                            below 1.5 times the cap; set, it is the cap,
+ *                            held at every free (default 64M)
  *   PROFMALLOC_VERBOSE       1 prints the options in force at start, and
  *                            where the exit dump was written (default 0)
  *   PROFMALLOC_KEEP_DEEPBIND 1: dlopen() keeps RTLD_DEEPBIND (dropped by

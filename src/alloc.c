@@ -1,7 +1,8 @@
 /* alloc.c — the malloc family on top of the thread caches: the slow twins
- * of the inline fast paths (pm_fastpath.h), large blocks, calloc, realloc,
- * aligned allocation, usable size, and the free-side validation that
- * turns a bad pointer into a clear abort instead of heap corruption.
+ * of the inline fast paths (pm_fastpath.h), calloc, realloc (its in-place
+ * strategies for large blocks are large.c's), aligned allocation, usable
+ * size, and the free-side validation that turns a bad pointer into a
+ * clear abort instead of heap corruption.
  * Must never: hold a lock (it takes none itself), or reach the profiler
  * other than through the sampling countdown on the slow path.
  * glibc is the reference for every edge case (doc/design.md lists them). */
@@ -10,13 +11,6 @@
 #include <errno.h>
 #include <string.h>
 
-static _Atomic uint64_t large_bytes, large_requested, large_count;
-
-/* A large block at least this big that realloc must move gets twice its
- * old size, and its old pages go back to the OS at once (pm_realloc). */
-#define PM_BIG_MOVE ((size_t)1 << 20)
-
-static inline void *page_addr(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
 
 PM_COLD static void invalid_pointer(const char *what, const void *p)
 {
@@ -33,11 +27,11 @@ static void *enomem(void)
 
 /* Charges `size` bytes to the thread's sampler; returns the sample's
  * weight when this allocation is a sample point, else 0. */
-static uint64_t sample_tick(pm_tcache_t *t, size_t size)
+uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
 {
     uint64_t weight = pm_sampler_record(&t->sampler, size);
     if (PM_LIKELY(weight == 0)) return 0;
-    pm_pageheap_tick(); /* every PM_TICK_BYTES at rate 0 */
+    if (pm_pageheap_tick()) pm_central_tick(); /* every PM_TICK_BYTES at rate 0 */
     /* not after the thread's cache was flushed at its exit: C++ and
      * libraries free and allocate from their own key destructors, which
      * may run after ours */
@@ -50,46 +44,6 @@ static uint64_t sample_tick(pm_tcache_t *t, size_t size)
  * back what it holds (pm_tcache_give_back) and says whether a retry may
  * succeed.  test_harden: test_recovery_after_aligned_fill. */
 static int reclaim(size_t bytes) { return pm_tcache_give_back(bytes); }
-
-/* ---- large blocks: whole spans of pages ------------------------------ */
-
-/* size: what the application asked for; bytes (>= size): what to reserve. */
-static void *alloc_large(size_t size, size_t bytes, size_t align_pages, int zero)
-{
-    size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
-    pm_span_t *s = NULL;
-    for (int tries = 0; !s && tries < 2; tries++) {
-        s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc(n);
-        if (!s && (tries || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2 || !reclaim(n << PM_PAGE_SHIFT))) break;
-    }
-    if (!s) return enomem();
-    s->cls = 0;
-    s->requested = size;
-    s->usable_seen = 0;
-    s->sample = NULL;
-    pm_relaxed_add(&large_bytes, (uint64_t)n << PM_PAGE_SHIFT);
-    pm_relaxed_add(&large_requested, size);
-    pm_relaxed_add(&large_count, 1);
-    void *p = page_addr(s->page);
-    if (zero && !s->zeroed) memset(p, 0, size);
-    return p;
-}
-
-static void free_large(pm_span_t *s, int release)
-{
-    atomic_fetch_sub_explicit(&large_bytes, (uint64_t)s->npages << PM_PAGE_SHIFT, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&large_requested, s->requested, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&large_count, 1, memory_order_relaxed);
-    if (release) pm_pageheap_free_released(s);
-    else pm_pageheap_free(s);
-}
-
-void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
-{
-    *bytes = pm_relaxed_load(&large_bytes);
-    *requested = pm_relaxed_load(&large_requested);
-    *count = pm_relaxed_load(&large_count);
-}
 
 /* ---- small blocks ---------------------------------------------------- */
 
@@ -125,7 +79,7 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
 
 /* The calling thread's cache, set up at its first slow path; a NEW
  * thread starts caching after PM_THREAD_NEW_OPS operations (tcache.c). */
-static pm_tcache_t *thread_cache(void)
+pm_tcache_t *pm_alloc_thread_cache(void)
 {
     pm_tcache_t *t = &pm_tls;
     if (PM_LIKELY(t->state == PM_THREAD_ACTIVE)) return t;
@@ -143,14 +97,14 @@ static pm_tcache_t *thread_cache(void)
 static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int zero)
 {
     if (PM_UNLIKELY(bytes > PTRDIFF_MAX)) return enomem();
-    pm_tcache_t *t = thread_cache();
-    uint64_t sampled = sample_tick(t, size);
+    pm_tcache_t *t = pm_alloc_thread_cache();
+    uint64_t sampled = pm_alloc_sample_tick(t, size);
     void *p;
     if (bytes <= PM_MAX_SMALL && align_pages <= 1) {
         p = alloc_small(t, pm_sizeclass_of(bytes));
         if (p && zero) memset(p, 0, size);
     } else {
-        p = alloc_large(size, bytes, align_pages, zero);
+        p = pm_large_alloc(size, bytes, align_pages, zero);
     }
     if (sampled && p) pm_sites_add(t, p, size, sampled);
     return p;
@@ -198,11 +152,11 @@ void pm_free_slow(void *p)
     if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
     if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     if (s->cls == 0) {
-        free_large(s, 0);
+        pm_large_free(s, 0);
         return;
     }
     unsigned cls = s->cls;
-    pm_tcache_t *t = thread_cache();
+    pm_tcache_t *t = pm_alloc_thread_cache();
     if (t->state != PM_THREAD_ACTIVE) { /* NEW or DEAD: uncached */
         pm_link_set(p, NULL);
         pm_key_set(p);
@@ -254,35 +208,6 @@ size_t pm_usable_size(const void *p)
     return span_usable(s);
 }
 
-/* realloc cannot move large block s for want of address space: its pages
- * past what was asked for (the reserve of an earlier growth) go back to
- * the OS, unless malloc_usable_size said they were the program's.  1: the
- * block shrank, a move may now fit.  Under RLIMIT_AS, a buffer grown by
- * half at each step (doubled reserve: 259 MiB for 194) could not go to
- * 291 MiB 520 MiB above the start, which glibc's mremap does. */
-static int shed_reserve(pm_span_t *s)
-{
-    size_t need = (s->requested + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT, before = s->npages;
-    if (s->cls != 0 || s->usable_seen || need == 0 || need >= before) return 0;
-    if (!pm_pageheap_shrink(s, need)) return 0;
-    atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - need) << PM_PAGE_SHIFT, memory_order_relaxed);
-    pm_pageheap_release_all(); /* the tail's address space, and any other */
-    return 1;
-}
-
-/* A large block that grew or shrank in place is, for the profiler, the
- * old block freed and a new one of `size`, as a move would be: a 64 MiB
- * block shrunk to 1 MiB must not stay 64 MiB live, nor one grown from
- * 300 KB to 2 MiB stay 300 KB (the slack of growth within a block's
- * pages is not re-recorded: see the comment in pm_realloc). */
-static void resample(pm_span_t *s, void *p, size_t size)
-{
-    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
-    pm_tcache_t *t = thread_cache();
-    uint64_t weight = sample_tick(t, size);
-    if (weight) pm_sites_add(t, p, size, weight);
-}
-
 void *pm_realloc(void *p, size_t size)
 {
     if (!p) return pm_malloc_inline(size);
@@ -301,82 +226,24 @@ void *pm_realloc(void *p, size_t size)
      * a buffer grown a byte at a time in exact mode made millions.  So a
      * block grown in place is under-counted by at most its slack. */
     if (size <= old && size >= old / 2) {
-        if (s->cls == 0) { /* a large block's requested size is in the stats */
-            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
-            s->requested = size;
-        }
+        if (s->cls == 0) pm_large_resized(s, s->npages, size);
         return p;
     }
-    /* A large block that stays large shrinks in place, as glibc's does: its
-     * tail pages go back to the page heap as free resident pages (the
-     * release policy returns them like any others), with no copy and
-     * nothing to allocate, so it works when memory is exhausted, and a
-     * shrink-then-grow-back loop does not fault its pages in again
-     * (test_realloc_shrinks_large_in_place, test_exhausted_realloc_shrinks). */
-    if (size < old && s->cls == 0 && size > PM_MAX_SMALL) {
-        size_t before = s->npages, n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        if (pm_pageheap_shrink(s, n)) {
-            atomic_fetch_sub_explicit(&large_bytes, (uint64_t)(before - n) << PM_PAGE_SHIFT,
-                                      memory_order_relaxed);
-            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
-            s->requested = size;
-            resample(s, p, size);
-            return p;
-        }
+    /* a large block shrinks, grows into the pages after it, or moves with
+     * its pages (large.c) */
+    if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {
+        void *q = pm_large_realloc_in_place(s, p, size);
+        if (q) return q;
     }
     /* Growing: reserve at least a quarter more than the old block, as
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
      * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc measures it).
-     * A big large block (PM_BIG_MOVE) gets twice its old size: its pages
-     * are only faulted in as they are written, and each move copies into
-     * fresh pages the kernel must fault in and zero (bench/grow).  The
-     * block it leaves goes back to the OS at once, as mremap leaves nothing
-     * behind: a block growing in steps would otherwise leave every step
-     * resident in the page heap. */
-    int big = s->cls == 0 && old >= PM_BIG_MOVE;
+     * string that stopped growing in it (bench/realloc measures it).  A big
+     * large block gets twice its old size
+     * (large.c, PM_BIG_MOVE). */
+    int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : old + old / 4;
-    /* A large block grows into the free pages right after it when it can
-     * (the reserve, else just enough), as glibc grows a block into its top
-     * chunk: no copy, and no old block left behind in the page heap. */
-    if (s->cls == 0 && size > old) {
-        size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
-        if (pm_pageheap_extend(s, roomy) || (roomy > exact && pm_pageheap_extend(s, exact))) {
-            pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
-            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
-            s->requested = size;
-            resample(s, p, size);
-            return p;
-        }
-    }
-    /* A big block that cannot grow in place moves with mremap, as glibc
-     * moves its mmapped chunks: its pages go with the page tables, so
-     * nothing is copied or faulted in again, and the old addresses are
-     * gone at once (test_realloc_big_moves_pages).  The profiler's record
-     * is keyed by the old address: dropped before the move, taken again if
-     * the block stays. */
-    if (big && size > old) {
-        size_t before = s->npages, exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-        size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
-        int sampled = pm_sites_maybe_sampled(s, p);
-        if (sampled) pm_sites_remove(s, p);
-        if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
-            pm_relaxed_add(&large_bytes, (uint64_t)(s->npages - before) << PM_PAGE_SHIFT);
-            pm_relaxed_add(&large_requested, size - s->requested); /* modular */
-            s->requested = size;
-            void *q = page_addr(s->page);
-            pm_tcache_t *t = thread_cache();
-            uint64_t weight = sample_tick(t, size);
-            if (weight) pm_sites_add(t, q, size, weight);
-            return q;
-        }
-        if (sampled) {
-            pm_tcache_t *t = thread_cache();
-            pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
-        }
-    }
     void *q = NULL;
     int saved = errno;
     if (size > old && reserve > size) {
@@ -384,7 +251,7 @@ void *pm_realloc(void *p, size_t size)
         if (!q) errno = saved; /* the exact size may still fit */
     }
     if (!q) q = pm_malloc_inline(size);
-    if (!q && size > old && shed_reserve(s)) {
+    if (!q && size > old && pm_large_shed_reserve(s)) {
         errno = saved;
         old = span_usable(s);
         q = pm_malloc_inline(size);
@@ -396,8 +263,11 @@ void *pm_realloc(void *p, size_t size)
     }
     memcpy(q, p, size < old ? size : old);
     if (big) {
+        /* the block it leaves goes back to the OS at once, as mremap
+         * leaves nothing behind: a block growing in steps would otherwise
+         * leave every step resident in the page heap */
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
-        free_large(s, 1);
+        pm_large_free(s, 1);
     } else {
         pm_free_inline(p);
     }

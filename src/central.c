@@ -7,24 +7,26 @@
  * the next.  So a batch moves
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
- * walked back into their spans and carved out again (bench/threadchurn:
- * 39 M -> 28 M instructions).  What the slots cannot hold goes back into
+ * walked back into their spans and carved out again (bench/threadchurn,
+ * bench/prodcons).  What the slots cannot hold goes back into
  * its span, found through the page map; a span whose objects have all come
- * back returns to the page heap.
+ * back returns to the page heap, except that a class above 1 KiB keeps
+ * up to PM_KEEP_BYTES of such empty spans on its list (see kept_max) until
+ * it has been idle for about a second (pm_central_tick) or malloc_trim.
  * Lock: one per class (pm_central_of(c)->lock).  Must never call the page heap
  * (which may make syscalls) while holding it: new spans are fetched and
  * empty spans returned after the lock is dropped. */
 #include "pm_internal.h"
 
 /* The classes' structs, in the order of their first use: a program uses
- * a few of the ~100 classes, and by class index their 512-byte structs
- * were spread over 11 of the array's 13 pages (churn, 16-256 B: 44 KB
- * resident); packed, the used ones share 2-3 pages.  slot_of[cls] is 1 +
+ * a few of the ~100 classes, and packed this way the used structs share a
+ * few pages instead of touching most of the array.  slot_of[cls] is 1 +
  * the struct's index, 0 until the class is first used; assigned under
  * assign_lock, which the fork handler takes before the structs. */
 PM_SPARSE_BSS static pm_central_t centrals[PM_CLASS_MAX];
 static _Atomic uint8_t slot_of[PM_CLASS_MAX];
 static unsigned nassigned;
+static _Atomic unsigned nassigned_pub; /* nassigned, for pm_central_tick's unlocked walk */
 static pm_lock_t assign_lock = PM_LOCK_INIT;
 
 pm_central_t *pm_central_find(unsigned cls)
@@ -42,6 +44,7 @@ pm_central_t *pm_central_of(unsigned cls)
     if (!slot) {
         slot = ++nassigned;
         atomic_store_explicit(&slot_of[cls], (uint8_t)slot, memory_order_release);
+        atomic_store_explicit(&nassigned_pub, nassigned, memory_order_release);
     }
     pm_unlock(&assign_lock);
     return &centrals[slot - 1];
@@ -52,12 +55,25 @@ pm_central_t *pm_central_of(unsigned cls)
  * up to 1 KiB parks up to 64 KiB: several batches, which is what lets
  * batches move between threads in O(1) (bench/prodcons, larson).  A
  * larger class parks up to 16 KiB, so its batches (up to 64 KiB, and one
- * always parked) go back to their spans: with 64 KiB for every class,
- * `git log -p` peaked at 7.8 MB (glibc 5.3 MB), a few objects parked in
- * each of ~60 classes above 1 KiB; with 16 KiB, 6.7 MB. */
+ * always parked) go back to their spans: a program touching many medium
+ * classes would otherwise hold a few parked objects in each
+ * (test_central_partial_slots; bench-real's git log). */
 #define PM_PARK_SMALL ((size_t)64 * 1024)
 #define PM_PARK_LARGE ((size_t)16 * 1024)
 #define PM_PARK_SMALL_MAX 1024 /* largest class with PM_PARK_SMALL */
+
+/* Empty spans a class above PM_PARK_SMALL_MAX keeps on its list, in bytes
+ * (one span at least).  A medium class's span holds 1-11 objects, so a
+ * malloc/free pair of it emptied and re-made a span nearly every time:
+ * page-heap lock, coalescing, split, page-map writes, and objects that
+ * landed on pages never touched before (bench/mixed -m medium).  A kept
+ * span is reused whole, at the same addresses
+ * (test_central_keeps_empty_span). */
+#define PM_KEEP_BYTES ((size_t)256 * 1024)
+/* Ticks (pm_central_tick, up to 8 a second) without a get or put after
+ * which a class gives its kept spans back: an idle program still returns
+ * them, as the page heap returns a span unused for a second. */
+#define PM_KEEP_IDLE_TICKS 8
 
 static inline void *span_base(const pm_span_t *s) { return (void *)(s->page << PM_PAGE_SHIFT); }
 
@@ -90,6 +106,10 @@ static void unlink_span(pm_span_t *s)
     s->on_list = 0;
 }
 
+/* c->kept is written under c's lock, and read without it by
+ * pm_central_tick to skip classes: relaxed atomics for both. */
+static inline void kept_set(pm_central_t *c, uint32_t n) { __atomic_store_n(&c->kept, n, __ATOMIC_RELAXED); }
+
 /* First use of a class, under its lock. */
 static void lock_central(pm_central_t *c, unsigned cls)
 {
@@ -100,6 +120,8 @@ static void lock_central(pm_central_t *c, unsigned cls)
     c->park_max = (uint32_t)((size <= PM_PARK_SMALL_MAX ? PM_PARK_SMALL : PM_PARK_LARGE) / size);
     size_t slots = c->park_max / pm_class_batch[cls];
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
+    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    c->kept_max = size <= PM_PARK_SMALL_MAX ? 0 : span >= PM_KEEP_BYTES ? 1 : (uint32_t)(PM_KEEP_BYTES / span);
 }
 
 /* A fresh span for class cls, with every page mapped to it.  Its pages'
@@ -136,6 +158,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     uint32_t k = 0;
     int fresh = 0;
     lock_central(c, cls);
+    c->busy = 1;
     if (c->nslots) {
         /* Parked chains, newest first: each one whole while it fits, then
          * the first objects of the next.  A whole first chain is O(1) (the
@@ -172,11 +195,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         if (s == &c->nonempty) {
             /* Short rather than a fresh span when the class's old spans
              * gave something: the thread comes back when it has used these,
-             * and by then frees may have refilled the old spans.  Carving a
-             * span to round such a refill up to a batch left one span too
-             * many in a third of churn's classes (bench/threadchurn peak
-             * RSS -4 %).  Once this get has opened a fresh span (the class
-             * is growing), it may open more. */
+             * and by then frees may have refilled the old spans, so no span
+             * is carved just to round a refill up (bench/threadchurn's peak
+             * RSS).  Once this get has opened a fresh span (the class is
+             * growing), it may open more. */
             if (k && !fresh) break;
             fresh = 1;
             pm_unlock(&c->lock);
@@ -189,6 +211,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             continue;
         }
         uint32_t before = k;
+        if (s->allocated == 0 && c->kept) kept_set(c, c->kept - 1); /* a kept span in use again */
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
@@ -257,6 +280,11 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
         s->freelist = o;
         if (--s->allocated == 0) {
             if (s->on_list) unlink_span(s);
+            if (c->kept < c->kept_max) { /* kept for the next get, last in line */
+                kept_set(c, c->kept + 1);
+                link_span(c, s, 1);
+                continue;
+            }
             c->spans--;
             c->span_free -= s->capacity;
             s->next = empty;
@@ -284,6 +312,7 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
         for (uint32_t i = 1; i < n; i++) last = pm_link_next(last, 1);
     }
     lock_central(c, cls);
+    c->busy = 1;
     c->out -= n;
     /* a chain of up to a batch parks while the class's parked objects stay
      * within park_max (a dead thread's one 200 KiB block goes back to the
@@ -305,8 +334,28 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     pm_unlock(&c->lock);
 }
 
+/* Takes c's kept empty spans off its list, for free_spans once the lock
+ * is dropped. */
+static pm_span_t *unkeep_locked(pm_central_t *c)
+{
+    pm_span_t *empty = NULL;
+    for (pm_span_t *s = c->nonempty.next, *next; c->kept && s != &c->nonempty; s = next) {
+        next = s->next;
+        if (s->allocated) continue;
+        unlink_span(s);
+        kept_set(c, c->kept - 1);
+        c->spans--;
+        c->span_free -= s->capacity;
+        s->next = empty;
+        empty = s;
+    }
+    kept_set(c, 0);
+    return empty;
+}
+
 /* Moves every parked batch back into its spans, so that spans whose
- * objects are all home can return to the page heap (malloc_trim). */
+ * objects are all home can return to the page heap, and gives the kept
+ * empty spans back (malloc_trim). */
 void pm_central_drain(void)
 {
     for (unsigned cls = 1; cls < pm_class_count; cls++) {
@@ -319,7 +368,30 @@ void pm_central_drain(void)
             return_to_spans_locked(c, cls, c->slots[top], n);
             pm_lock(&c->lock);
         }
+        pm_span_t *empty = c->nonempty.next ? unkeep_locked(c) : NULL;
         pm_unlock(&c->lock);
+        free_spans(empty);
+    }
+}
+
+/* Called with the page heap's tick (at most 8 times a second): a class
+ * with kept spans and no get or put for PM_KEEP_IDLE_TICKS ticks gives
+ * them back.  The unlocked look at `kept` only skips classes. */
+void pm_central_tick(void)
+{
+    for (unsigned i = 0; i < pm_relaxed_load(&nassigned_pub); i++) {
+        pm_central_t *c = &centrals[i];
+        if (!__atomic_load_n(&c->kept, __ATOMIC_RELAXED)) continue;
+        pm_lock(&c->lock);
+        pm_span_t *empty = NULL;
+        if (c->busy) {
+            c->busy = 0;
+            c->idle_ticks = 0;
+        } else if (++c->idle_ticks >= PM_KEEP_IDLE_TICKS) {
+            empty = unkeep_locked(c);
+        }
+        pm_unlock(&c->lock);
+        free_spans(empty);
     }
 }
 
@@ -389,6 +461,7 @@ uint64_t pm_central_release_free(void)
             pm_unlock(&c->lock);
             continue;
         }
+        kept_set(c, 0); /* kept spans are held too, and freed when given back */
         while (c->nonempty.next != &c->nonempty) {
             pm_span_t *s = c->nonempty.next;
             unlink_span(s);

@@ -52,8 +52,9 @@ static const struct option {
      "byte budget shared by all thread caches", NULL, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
      "free resident memory kept before pages go back to the OS (pages unused for a "
-     "second go back anyway); unset, the cap is the default or half the memory in use, "
-     "whichever is more; set, it is the cap", &pm_options.release_bytes_set, NULL, 0},
+     "second go back anyway); unset, the cap is the default or the memory in use, "
+     "whichever is more, and free memory over it waits for the next tick (1/8 s) "
+     "below 1.5 times the cap; set, it is the cap, held at every free", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "`1` prints the options in force at start, and where the exit dump was written",
      NULL, NULL, 0},

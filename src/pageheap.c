@@ -1,31 +1,23 @@
 /* pageheap.c — spans of 8 KiB pages: best-fit allocation from free lists
  * by length, splitting, coalescing on free, growth from the OS, and the
- * policy that returns free memory to the OS.
+ * mechanism that returns free pages to the OS.  Which pages go back, and
+ * when, is pagerelease.c's to decide: under the lock this file describes
+ * its state (view_locked), asks pm_release_choose_locked for a plan,
+ * picks the spans the plan names (state RELEASING, off every list), and
+ * madvises or unmaps them after dropping the lock, then re-inserts them as
+ * RETURNED (or forgets them, unmapped).
  * Lock: ph.lock guards every list, counter and free span.  Must never make
- * a syscall under it: growth maps memory before taking it, and release
- * picks spans under it (state RELEASING, off every list), madvises them
- * after dropping it, then re-inserts them as RETURNED.
+ * a syscall under it: growth maps memory before taking it.
  * Span structs come from meta.c through a spare pool topped up outside the
  * lock, so no operation allocates metadata while holding it.
- * Release policy (decided on free and on pm_pageheap_tick, which malloc's
- * sampling countdown calls, after the clock is read and before the lock
- * is taken): a resident free span that has not been reused for
- * PM_DECAY_NS (1 s) is returned; and when resident free pages exceed
- * a cap (PROFMALLOC_RELEASE_BYTES, default 64 MiB, or half the pages in
- * use when that is more and the option is unset), the largest free spans
- * are returned until half the cap is left (32 MiB a tick at most).  Reuse
- * within a second so costs no page faults, and an idle heap shrinks.  malloc_trim(0) returns
- * everything.  A returned run of 1 MiB or more is unmapped (UNMAP_PAGES),
- * and so is one already released that stays unused for PM_DECAY_NS, or at
- * once while released pages outnumber those in use; so is a run of any
- * length with no neighbour in the heap (an island between holes).
- * Fresh memory from the OS counts as RETURNED (not yet resident), so it
- * is used last.
+ * A returned run of 1 MiB or more is unmapped (UNMAP_PAGES), and so is a
+ * run of any length with no neighbour in the heap (an island between
+ * holes).  Fresh memory from the OS counts as RETURNED (not yet resident),
+ * so it is used last.
  * A span whose release the kernel refused (mlock/mlockall, or a kernel
  * page larger than the span's alignment) keeps its contents, so it goes
  * back as FREE, never RETURNED: RETURNED means "reads as zero", and calloc
- * skips zeroing on it.  The policy then tries no madvise for PM_DECAY_NS,
- * so a locked heap costs one failed madvise a second, not one per free. */
+ * skips zeroing on it.  The policy is told (pm_release_refused_locked). */
 #include "pm_internal.h"
 
 #include <string.h>
@@ -34,8 +26,6 @@
 #define GROW_PAGES 256       /* map at least 2 MiB at a time */
 #define SPARE_WANT 6
 #define RELEASE_BATCH 32
-#define PM_DECAY_NS 1000000000ull
-#define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 /* A free run at least this long goes back to the OS with munmap instead of
  * madvise, so its address space and its commit charge go too (as glibc
  * unmaps its mmapped chunks): under vm.overcommit_memory=2 or RLIMIT_AS,
@@ -65,9 +55,6 @@ static struct {
     _Atomic unsigned nspare;
     pm_span_t *newest, *oldest;  /* FREE spans by the time they became free */
     uint64_t now;                /* the clock as read by the current operation */
-    uint64_t retry_ns;           /* the policy releases nothing before this */
-    uint64_t unmap_scan_ns;      /* next look for released runs to unmap */
-    uint64_t excess_scan_ns;     /* next look when released pages outnumber those in use */
     uint64_t give_back_ns;       /* no give-back for a failed growth before this, */
     uint64_t give_back_fail_pages; /* of this many pages or more */
     int64_t extents;             /* stretches of address space the heap holds, each
@@ -76,8 +63,8 @@ static struct {
     size_t long_max[2];          /* no run on lists[kind][0] is longer */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
-    _Atomic uint64_t tick_ns;    /* pm_pageheap_tick looks again after this */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
+    _Atomic uint32_t clock_ops;  /* span operations, for clock_coarse */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 /* The page heap's clock: read before the lock (vDSO), noted under it, so
@@ -86,6 +73,19 @@ static inline uint64_t clock_now(void) { return pm_os_monotonic_ns() + pm_relaxe
 static inline void clock_locked(uint64_t now)
 {
     if (now > ph.now) ph.now = now;
+}
+
+/* The clock as the span operations read it: every CLOCK_EVERY-th of them
+ * (and every tick, growth and give-back) reads it, the others use the
+ * time last noted (0: nothing to note).  A clock read on every malloc and
+ * free of a medium block was a visible part of its cost; ages and decay need
+ * milliseconds, not nanoseconds (test_pageheap_tick_releases and
+ * test_pageheap_cut_keeps_age see the time tests skip at once). */
+#define CLOCK_EVERY 64
+static inline uint64_t clock_coarse(void)
+{
+    if ((pm_relaxed_add(&ph.clock_ops, 1) & (CLOCK_EVERY - 1)) == 0) return clock_now();
+    return 0;
 }
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -157,11 +157,10 @@ static pm_age_t age_of(const pm_span_t *s)
 /* s, just put on its list, is what is left of a span `cut` pages were
  * taken from (a: that span's age, taken before it left the lists).  A
  * rest at least 8 times the cut keeps the run's age: a trickle of small
- * spans cut from a big run restarted its age at every cut and kept all of
- * it from ever being a second old (a review: 800 MB resident for good).
- * A shorter rest is young again: a run mostly taken is memory in use, and
- * keeping its age made bench/large fault 15 % more pages (30 k against
- * 26 k) and run 28 % longer. */
+ * spans cut from a big run would otherwise keep all of it from ever being
+ * a second old, resident for good (test_pageheap_cut_keeps_age).  A
+ * shorter rest is young again: a run mostly taken is memory in use, and
+ * aging it made bench/large fault in more pages. */
 static int age_restore(pm_span_t *s, pm_age_t a, size_t cut)
 {
     if (s->npages < 8 * (uint64_t)cut) return 0;
@@ -184,6 +183,15 @@ static uint64_t in_use_locked(void)
 {
     return ph.mapped_pages - ph.free_pages[KIND_FREE] - ph.free_pages[KIND_RETURNED] -
            ph.releasing_pages - ph.meta_pages;
+}
+
+/* The heap's state as the policy sees it (pagerelease.c). */
+static pm_heap_view_t view_locked(size_t grow_pages)
+{
+    return (pm_heap_view_t){.now = ph.now, .in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE],
+                            .released = ph.free_pages[KIND_RETURNED],
+                            .oldest_free_ns = ph.oldest ? ph.oldest->free_ns : UINT64_MAX,
+                            .grow_pages = grow_pages};
 }
 
 /* ---- span structs ----------------------------------------------------- */
@@ -303,7 +311,9 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
-static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb);
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb);
+static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out);
+static pm_heap_view_t view_locked(size_t grow_pages);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
@@ -322,10 +332,9 @@ static pm_span_t *best_fit_locked(size_t n)
             }
         }
         /* the long list, unless none of it is long enough: a bound kept
-         * on insert and made exact by every walk (a review: 66 000 live
-         * blocks on 4 MiB, each with a rest of 4 MiB less the block, and
-         * every new one walked all the rests for n + align - 1 pages that
-         * none had; 14.5 s where glibc took 1.4) */
+         * on insert and made exact by every walk, so many long rests that
+         * are all too short are not walked by every request
+         * (test_api: test_big_alignment_mappings_merge's 2 000 rests) */
         if (n > ph.long_max[kind]) continue;
         pm_span_t *best = NULL;
         size_t longest = 0;
@@ -426,25 +435,20 @@ static size_t grow_need(size_t n, size_t align)
  * start of the new memory go to the caller in *take under the same lock
  * (when spares allow; else *take stays NULL and the caller looks again).
  * Mapping the aligned range itself rather than n + align - 1 pages and
- * cutting the block out: the unused lead and trail were pieces under
- * 1 MiB that nothing but a block of their size could reuse, and a
- * program allocating blocks of random size and alignment grew its
- * address space without bound (a review: 2.2 GB and 2 800 mappings
- * after 50 000 replacements among 512 blocks; glibc 74 MB). */
+ * cutting the block out: the unused lead and trail were pieces that only
+ * a block of their size could reuse, so address space grew without bound
+ * (test_api: test_random_aligned_address_space). */
 static int grow(size_t n, size_t align, pm_span_t **take)
 {
     size_t pages = n > GROW_PAGES ? n : GROW_PAGES;
     if (pages > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4) return -1;
     /* a multiple of the alignment: the next such mapping, placed right
-     * below, then touches this one and the kernel merges them.  Cut to n
-     * or 2 MiB, 4 MiB-aligned blocks of 16 KiB were a mapping each (a
-     * review: 65 531 mappings for 66 000 live blocks, and the program's
-     * next pthread_create failed; glibc 24).  That maps twice the
+     * below, then touches this one and the kernel merges them, so aligned
+     * blocks do not become a mapping each and reach vm.max_map_count
+     * (test_api: test_big_alignment_mappings_merge).  That maps twice the
      * alignment for a moment (pm_os_map's slack): where it does not fit
-     * (RLIMIT_AS, strict overcommit), 2 MiB, then the block's
-     * own pages (a review: aligned_alloc(64 MiB, 1 MiB) with 100 MiB left
-     * and aligned_alloc(16 MiB, 16 KiB) with 17 MiB left failed; glibc
-     * maps about the alignment) */
+     * (RLIMIT_AS, strict overcommit), 2 MiB, then the block's own pages
+     * (test_api: test_big_alignment_at_limit) */
     size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
     void *mem = NULL;
     for (int i = 0; i < 3 && !mem; i++)
@@ -457,7 +461,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
         return -1;
     }
     /* the new run's age: the clock as of now, not of the last free (an
-     * unused rest older than PM_DECAY_NS is unmapped) */
+     * unused rest older than the decay (pagerelease.c) is unmapped) */
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     clock_locked(now);
@@ -486,25 +490,13 @@ static int grow(size_t n, size_t align, pm_span_t **take)
 }
 
 /* The heap is about to fault in n fresh pages because no resident free
- * span fits: return as many resident free pages (the oldest first), so
- * fragmentation does not grow the resident set.  A floor of free pages is
- * kept for reuse without page faults: a quarter of the pages in use, at
- * least PROFMALLOC_RELEASE_BYTES / 32 (2 MiB).  Half (as before) kept
- * CPython threads at 1.22x glibc's peak RSS (bench/pythreads; a quarter:
- * 1.09x) for the sake of bench/large, which runs 5x faster than glibc with
- * a quarter (7x with half, barely faster with an eighth). */
+ * span fits: what the policy's growth rule gives back (pagerelease.c). */
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
 {
-    size_t k = 0, released = 0;
-    uint64_t in_use = in_use_locked();
-    uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
-    if (floor < in_use / 4) floor = in_use / 4;
-    if (ph.now < ph.retry_ns) return 0;
-    while (k < RELEASE_BATCH && released < n && ph.oldest && ph.free_pages[KIND_FREE] > floor) {
-        released += ph.oldest->npages;
-        pick(ph.oldest, out, &k, 0);
-    }
-    return k;
+    pm_release_plan_t plan;
+    pm_heap_view_t v = view_locked(n);
+    pm_release_choose_locked(&v, PM_RELEASE_GROWTH, &plan);
+    return pick_plan_locked(&plan, 0, out);
 }
 
 /* Out of address space (RLIMIT_AS, vm.max_map_count) or commit charge
@@ -516,7 +508,7 @@ static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
  * malloc(1 << 45) caught as an error) lost its warm free memory on every
  * try, 300 times the page faults.  Under RLIMIT_AS that is known (the room
  * left plus the long runs is less than n); otherwise at most one give-back
- * per PM_DECAY_NS after one that did not help (see below).
+ * per second after one that did not help (see below).
  * 1: some address space went, so growing may now succeed. */
 static int can_unmap(uintptr_t page, size_t npages);
 
@@ -531,9 +523,8 @@ static int long_free_at(uintptr_t page, int before)
 
 /* Pages a give-back would unmap: free runs that can be unmapped, of
  * either kind, and the short released runs next to long resident ones,
- * which go with them.  Those were not counted: after rounds of 400 MB of
- * big blocks kept resident, a malloc(520 MB) under RLIMIT_AS that glibc
- * served was refused as hopeless. */
+ * which go with them: not counting them refused as hopeless a request
+ * that giving them back would serve (test_api: test_freed_address_space_serves_malloc). */
 static uint64_t long_free_pages_locked(void)
 {
     uint64_t pages = 0;
@@ -554,24 +545,23 @@ static int give_back_address_space(size_t n, size_t need)
     size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
-    /* short of address space, a mapping split is better than ENOMEM (a
-     * review: past the bound, a malloc(250 MiB) under RLIMIT_AS failed
-     * beside a free 200 MiB run that glibc gave back) */
+    /* short of address space, a mapping split is better than ENOMEM
+     * (test_pageheap_bound_yields_to_rlimit) */
     int short_of_space = room >> PM_PAGE_SHIFT < need;
     ph.short_of_space += short_of_space;
     uint64_t long_free = long_free_pages_locked();
     int skip;
     if (short_of_space) {
         /* RLIMIT_AS refused the growth: the long runs help exactly when
-         * they make up the difference (a review's malloc(400 MiB) right
-         * after a 200 MiB buffer was freed failed within the pause below) */
+         * they make up the difference, pause or not
+         * (test_api: test_freed_address_space_returns) */
         skip = (room >> PM_PAGE_SHIFT) + long_free < need;
     } else {
         /* Something else refused (map count, commit charge).  The pause
          * holds only for requests at least as large as one that failed and
-         * that the long free runs could not hold by themselves: a program
-         * that freed its caches after an ENOMEM and retried a smaller
-         * request within the second got NULL where glibc succeeded. */
+         * that the long free runs could not hold by themselves, so a
+         * program that frees its caches after an ENOMEM and retries a
+         * smaller request succeeds (test_api: test_retry_after_enomem). */
         skip = now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free < n;
     }
     if (skip) {
@@ -581,7 +571,7 @@ static int give_back_address_space(size_t n, size_t need)
     }
     uint64_t before = ph.mapped_pages;
     for (;;) {
-        size_t k = pick_long_locked(KIND_FREE, picked, 1, 1);
+        size_t k = pick_long_locked(KIND_FREE, picked, UINT64_MAX, 1);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
         pm_lock(&ph.lock);
@@ -601,7 +591,7 @@ static void give_back_failed(size_t n)
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     if (now >= ph.give_back_ns || n < ph.give_back_fail_pages) ph.give_back_fail_pages = n;
-    ph.give_back_ns = now + PM_DECAY_NS;
+    ph.give_back_ns = now + pm_release_decay_ns();
     pm_unlock(&ph.lock);
 }
 
@@ -611,7 +601,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
-        uint64_t now = clock_now();
+        uint64_t now = clock_coarse();
         pm_lock(&ph.lock);
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
@@ -639,17 +629,17 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     if (align <= 1) return pm_pageheap_alloc(n);
     if (n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4)
         return NULL;
-    /* First a free run that already holds an aligned range.  Without this
-     * a loop of aligned_alloc(1 MiB, 2 MB) and free mapped 1 MiB more on
-     * every round: the freed block (FREE) and the unused lead and trail
-     * of its run (RETURNED) never merge, so no run was ever n + align - 1
-     * long again (20 000 rounds: 19.7 GB of address space).  Then any run
-     * of n + align - 1 pages, which holds one wherever it starts; then
-     * fresh memory mapped on the alignment (see grow()). */
+    /* First a free run that already holds an aligned range: the freed
+     * block (FREE) and the unused lead and trail of its run (RETURNED)
+     * never merge, so no run is n + align - 1 long again and a loop of
+     * aligned allocations would map more on every round
+     * (test_api: test_aligned_loop_address_space).  Then any run of
+     * n + align - 1 pages, which holds one wherever it starts; then fresh
+     * memory mapped on the alignment (see grow()). */
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
-        uint64_t now = clock_now();
+        uint64_t now = clock_coarse();
         pm_lock(&ph.lock);
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
@@ -712,7 +702,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     if (n <= s->npages || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return 0;
     size_t need = n - s->npages;
     int ok = 0;
-    uint64_t now = clock_now();
+    uint64_t now = clock_coarse();
     pm_lock(&ph.lock);
     clock_locked(now);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
@@ -831,9 +821,7 @@ static void unmap_slack(char *r, uintptr_t lo, uintptr_t hi, uintptr_t end)
  * it spans mappings).  Only when anywhere is set may the kernel choose
  * the place (move_anywhere) where none can be reserved: for the exact
  * size, not a reserve, which would take the address space that an
- * allocation after it needs (a review: under a limit 260 MiB above,
- * 100 -> 150 MiB took 200 MiB, then malloc(100 MiB) failed; glibc's
- * mremap grows to the size asked). */
+ * allocation after it needs (test_api: test_realloc_at_limit_leaves_room). */
 int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
 {
     size_t os_page = pm_os_page_size();
@@ -846,8 +834,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
      * next to a block moved before) is refused by the kernel: asked
      * first, as a kernel before about 6.15 unmaps the destination before
      * refusing, and our reservation's addresses could then go to another
-     * thread's mmap before we unmapped them (a review: 638 of 3 081
-     * moves were refused so) */
+     * thread's mmap before we unmapped them (test_os_one_mapping) */
     if (!pm_os_one_mapping(addr_of(s->page), s->npages << PM_PAGE_SHIFT)) return 0;
     char *r = pm_os_reserve(bytes + slack);
     if (!r) return anywhere ? move_anywhere(s, n) : 0;
@@ -869,8 +856,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
         }
         /* refused for the address space (6.18 counts the reservation
          * against RLIMIT_AS): where only the growth fits, the kernel's
-         * place (a review: 6 -> 7.8 MiB under a limit 8.5 MiB above was
-         * copied, and the next growth failed; glibc grows both) */
+         * place (test_api: test_realloc_grows_at_address_limit) */
         return anywhere ? move_anywhere(s, n) : 0;
     }
     unmap_slack(r, to, to + bytes, end);
@@ -930,8 +916,7 @@ static void heap_loses(uintptr_t page, size_t npages) { ph.extents += neighbours
  * it up and take a neighbour's bytes) that is UNMAP_PAGES or longer, or
  * that has no neighbour in the heap on either side: an island left
  * between two holes, which no longer merges with anything and, under
- * 1 MiB, was otherwise never unmapped (a review: blocks of random size
- * and alignment left 1 250 of them, 646 MB, after 100 000 replacements).
+ * 1 MiB, would otherwise never be unmapped (test_pageheap_unmaps_islands).
  * Unmapping an island splits no mapping: it is one, or its neighbours
  * are the program's. */
 static int can_unmap(uintptr_t page, size_t npages)
@@ -943,10 +928,8 @@ static int can_unmap(uintptr_t page, size_t npages)
     if (npages < UNMAP_PAGES) return 0;
     /* a hole between two runs of the heap splits a mapping: past
      * max_extents such runs are only madvised, as glibc keeps the unused
-     * rest of its mapped chunks (a review: 66 000 blocks of 16 KiB on
-     * 4 MiB, each mapped with the rest of its 4 MiB, then 3 000 of them
-     * replaced: the rests were unmapped, every block became a mapping of
-     * its own, and pthread_create failed at vm.max_map_count) */
+     * rest of its mapped chunks, so aligned blocks cannot reach
+     * vm.max_map_count (test_pageheap_holes_bounded) */
     return !(before && after) || ph.extents < ph.max_extents || ph.short_of_space;
 }
 
@@ -982,10 +965,9 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
         /* malloc_trim and a failed growth: released neighbours go with it.
          * Left beside the hole, such a piece (the rest of a released run a
          * block was cut from) could merge with nothing again and, under
-         * 1 MiB, was never unmapped: a review's loop with malloc_trim kept
-         * 10 MB more address space per second.  Not on the policy's own
-         * releases: there it cost bench/large 2.8x the page faults (the
-         * released runs are what the next large blocks are cut from). */
+         * 1 MiB, would never be unmapped (test_pageheap_unmaps_long_runs).
+         * Not on the policy's own releases: the released runs are what the
+         * next large blocks are cut from (bench/large's page faults). */
         pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
         if (prev && prev->state == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
             list_remove(prev);
@@ -1036,25 +1018,29 @@ static uint64_t pick_most(pm_span_t *s, pm_span_t **out, size_t *k, int absorb, 
     return most;
 }
 
-/* Chooses spans to return: those free for longer than the decay time,
- * then the longest ones while more than keep_pages stay resident, at most
- * `budget` pages (0: no bound).  Without `force`, within PM_DECAY_NS of a
- * refused release only runs long enough to be unmapped (munmap works
- * where madvise is refused: mlock). */
-static size_t pick_release_locked(pm_span_t **out, uint64_t keep_pages, int force, uint64_t budget)
+/* Picks the spans a plan names: FREE spans free since plan->aged_before,
+ * oldest first (up to aged_pages, while more than aged_floor pages stay),
+ * then the longest FREE spans while more than keep_pages stay; at most
+ * plan->budget pages in all, cutting the last span to fit.  long_only:
+ * only runs long enough to be unmapped.  absorb: see pick. */
+static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out)
 {
     size_t k = 0;
-    uint64_t left = budget ? budget : UINT64_MAX;
-    int gated = !force && ph.now < ph.retry_ns;
-    while (!gated && k < RELEASE_BATCH && left && ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now)
-        left -= pick_most(ph.oldest, out, &k, force, left);
+    uint64_t left = plan->budget ? plan->budget : UINT64_MAX;
+    uint64_t aged = plan->aged_pages ? plan->aged_pages : UINT64_MAX;
+    while (!plan->long_only && k < RELEASE_BATCH && left && aged && ph.oldest &&
+           ph.oldest->free_ns <= plan->aged_before && ph.free_pages[KIND_FREE] > plan->aged_floor) {
+        uint64_t got = pick_most(ph.oldest, out, &k, absorb, left);
+        left -= got;
+        aged -= got < aged ? got : aged;
+    }
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH && left; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
-        if (gated && idx && idx < UNMAP_PAGES) break;
+        if (plan->long_only && idx && idx < UNMAP_PAGES) break;
         while (ph.lists[KIND_FREE][idx] && k < RELEASE_BATCH && left &&
-               ph.free_pages[KIND_FREE] > keep_pages)
-            left -= pick_most(ph.lists[KIND_FREE][idx], out, &k, force, left);
+               ph.free_pages[KIND_FREE] > plan->keep_pages)
+            left -= pick_most(ph.lists[KIND_FREE][idx], out, &k, absorb, left);
     }
     return k;
 }
@@ -1083,7 +1069,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
         picked[i]->unmapping = 0;
         coalesce_insert_locked(picked[i]); /* names it at its ends again */
     }
-    if (nrefused) ph.retry_ns = ph.now + PM_DECAY_NS;
+    if (nrefused) pm_release_refused_locked(ph.now);
     pm_unlock(&ph.lock);
     return stayed;
 }
@@ -1094,52 +1080,24 @@ static void release_both(pm_span_t **picked, size_t k, pm_span_t **stale, size_t
     if (nstale) release_picked(stale, nstale);
 }
 
-/* Rules 1 and 3, and the look for long-unused released runs, under the
- * lock with the clock noted: picks what goes back to the OS into picked
- * (*k) and stale (*nstale), for release_both once the lock is dropped. */
-static void rules_locked(pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale, uint64_t budget)
+/* The policy's rules for a free or a tick (`event`), under the lock with
+ * the clock noted: picks what goes back to the OS into picked (*k) and
+ * stale (*nstale), for release_both once the lock is dropped. */
+static void rules_locked(int event, pm_span_t **picked, size_t *k, pm_span_t **stale, size_t *nstale)
 {
-    uint64_t in_use = in_use_locked();
-    /* Rule 3's cap grows with the heap: half the pages in use.  A fixed
-     * 64 MiB under a heap of 1 GB of big blocks replaced at random sent
-     * nearly every freed block back to the OS, and the next one faulted
-     * all its pages in again: 8.5 s against glibc's 2.5 s, 2.5 M page
-     * faults against 0.5 M; 1.46 s now (doc/design.md).
-     * A PROFMALLOC_RELEASE_BYTES the user gave is the cap, alone (a program
-     * under a cgroup memory limit asked for that bound).  Keeping free
-     * pages up to the recent peak once the program was seen to make again
-     * what it frees was tried and taken out (doc/design.md). */
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    if (!pm_options.release_bytes_set && limit < in_use / 2) limit = in_use / 2;
-    int over = ph.free_pages[KIND_FREE] > limit;
-    *k = 0;
-    if (over || (ph.oldest && ph.oldest->free_ns + PM_DECAY_NS <= ph.now))
-        *k = pick_release_locked(picked, over ? limit / 2 : limit, 0, budget);
-    /* released runs long unused (a block realloc moved away from): looked
-     * for once per PM_DECAY_NS, so the walk of their lists stays cheap */
-    *nstale = 0;
-    int excess = ph.free_pages[KIND_RETURNED] > (in_use > limit ? in_use : limit);
-    if (ph.now >= ph.unmap_scan_ns || (excess && ph.now >= ph.excess_scan_ns)) {
-        /* Released runs outnumbering the pages in use go at once, however
-         * young: a review's program replacing blocks of random size and
-         * alignment (up to 6 MiB) 250 000 times a second kept 4 GB of
-         * address space and 3 500 mappings for 480 MB in use, none of
-         * it a second old (glibc: 750 MB) */
-        *nstale = pick_long_locked(KIND_RETURNED, stale, excess, 0);
-        /* a full batch: the next free looks again (one batch a second fell
-         * behind: 400 long runs, 420 MB, waited in the same loop) */
-        if (*nstale < RELEASE_BATCH) {
-            ph.unmap_scan_ns = ph.now + PM_DECAY_NS;
-            ph.excess_scan_ns = ph.now + PM_DECAY_NS / 16;
-        }
-    }
+    pm_release_plan_t plan;
+    pm_heap_view_t v = view_locked(0);
+    pm_release_choose_locked(&v, event, &plan);
+    *k = plan.aged_before || plan.keep_pages != UINT64_MAX ? pick_plan_locked(&plan, 0, picked) : 0;
+    *nstale = plan.stale ? pick_long_locked(KIND_RETURNED, stale, plan.stale_before, 0) : 0;
+    if (*nstale == RELEASE_BATCH) pm_release_stale_full_locked();
 }
 
 static void free_span(pm_span_t *s, int released)
 {
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
-    uint64_t now = clock_now(); /* vDSO: read before the lock */
+    uint64_t now = clock_coarse(); /* vDSO: read before the lock */
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
         pm_lock(&ph.lock);
@@ -1147,57 +1105,60 @@ static void free_span(pm_span_t *s, int released)
         releasing_link_locked(s);
         pm_unlock(&ph.lock);
         /* madvised, not unmapped, whatever its length: the growing program
-         * soon wants pages again, and a hole here made bench/grow fault
-         * 14 % more pages (malloc_trim unmaps it) */
+         * soon wants pages again (bench/grow's page faults; malloc_trim
+         * unmaps it) */
         fate = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0 ? OS_RELEASED : OS_KEPT;
     }
     pm_lock(&ph.lock);
     clock_locked(now);
     if (releasing) {
         releasing_unlink_locked(s);
-        if (fate == OS_KEPT) ph.retry_ns = ph.now + PM_DECAY_NS;
+        if (fate == OS_KEPT) pm_release_refused_locked(ph.now);
     } else {
         PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
     }
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
     coalesce_insert_locked(s);
-    rules_locked(picked, &k, stale, &nstale, 0);
+    rules_locked(PM_RELEASE_FREE, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
 }
 
-/* The rules also run as the program allocates (each thread's sampling
- * countdown calls this: every PM_TICK_BYTES at rate 0), at most eight
- * times a second: without it they ran only when the page heap freed a
- * span, and a program that freed its big blocks and went on with small
- * ones kept the freed pages resident for good. */
-void pm_pageheap_tick(void)
+/* The rules as the program allocates (each thread's sampling countdown
+ * calls this: every PM_TICK_BYTES at rate 0), when the policy says a tick
+ * is due (pm_release_tick_due). */
+int pm_pageheap_tick(void)
 {
     uint64_t now = clock_now();
-    if (now < pm_relaxed_load(&ph.tick_ns)) return;
-    pm_relaxed_store(&ph.tick_ns, now + PM_DECAY_NS / 8);
+    if (!pm_release_tick_due(now)) return 0;
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
     (void)reserve_spares(); /* for a long run cut to the tick's bound */
     pm_lock(&ph.lock);
     clock_locked(now);
-    /* at most 32 MiB a tick: one tick returned a 2 GB run at once, and a
-     * malloc(64) in another thread took 270 ms (a review) */
-    rules_locked(picked, &k, stale, &nstale, TICK_RELEASE_PAGES);
+    rules_locked(PM_RELEASE_TICK, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
+    return 1;
 }
 
-void pm_pageheap_skip_time(uint64_t ns) { pm_relaxed_add(&ph.skew_ns, ns); }
+void pm_pageheap_skip_time(uint64_t ns)
+{
+    pm_relaxed_add(&ph.skew_ns, ns);
+    uint64_t now = clock_now();
+    pm_lock(&ph.lock);
+    clock_locked(now); /* the next operation sees the time passed */
+    pm_unlock(&ph.lock);
+}
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
-/* Picks runs of a kind that can be unmapped (long ones first): all of
- * them, or those unused for PM_DECAY_NS (absorb: see pick). */
-static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb)
+/* Picks runs of a kind that can be unmapped (long ones first) that became
+ * free at `before` or earlier (UINT64_MAX: all of them; absorb: see pick). */
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb)
 {
     size_t k = 0;
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
@@ -1205,7 +1166,7 @@ static size_t pick_long_locked(int kind, pm_span_t **out, int all, int absorb)
         pm_span_t *s = ph.lists[kind][idx];
         while (s && k < RELEASE_BATCH) {
             pm_span_t *next = s->next; /* (absorbing takes only the other kind) */
-            if ((all || s->free_ns + PM_DECAY_NS <= ph.now) && can_unmap(s->page, s->npages))
+            if (s->free_ns <= before && can_unmap(s->page, s->npages))
                 pick(s, out, &k, absorb);
             s = next;
         }
@@ -1221,7 +1182,7 @@ static void unmap_released(void)
     pm_span_t *picked[RELEASE_BATCH];
     for (;;) {
         pm_lock(&ph.lock);
-        size_t k = pick_long_locked(KIND_RETURNED, picked, 1, 0);
+        size_t k = pick_long_locked(KIND_RETURNED, picked, UINT64_MAX, 0);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) return;
     }
@@ -1239,7 +1200,8 @@ void pm_pageheap_release_all(void)
     while (left) {
         pm_lock(&ph.lock);
         uint64_t had = ph.free_pages[KIND_FREE];
-        size_t k = pick_release_locked(picked, 0, 1, 0);
+        pm_release_plan_t all = {.keep_pages = 0}; /* every FREE span, longest first */
+        size_t k = pick_plan_locked(&all, 1, picked);
         uint64_t took = had - ph.free_pages[KIND_FREE]; /* not the released neighbours taken along */
         pm_unlock(&ph.lock);
         if (!k) break;

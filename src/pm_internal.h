@@ -149,9 +149,34 @@ void pm_pageheap_set_max_extents(int64_t n);
 int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
-void pm_pageheap_tick(void);             /* the release rules, at most 8 times a second */
+int pm_pageheap_tick(void);              /* the release rules, at most 8 times a second; 1: ran */
 void pm_pageheap_skip_time(uint64_t ns); /* tests: the page heap's clock jumps ahead */
 int pm_pageheap_verify(void);            /* tests: 0 when the lists agree */
+
+/* ---- pagerelease.c: which free pages go back to the OS, and when ------ */
+typedef struct pm_heap_view { /* the page heap's state, in pages, under its lock */
+    uint64_t now;             /* its clock */
+    uint64_t in_use, free, released;
+    uint64_t oldest_free_ns;  /* when the oldest resident free span became free (UINT64_MAX: none) */
+    uint64_t grow_pages;      /* PM_RELEASE_GROWTH: the fresh pages about to be faulted in */
+} pm_heap_view_t;
+typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_plan_locked) */
+    uint64_t aged_before;     /* resident free spans free since this or earlier, oldest first */
+    uint64_t aged_pages;      /* ... this many pages at most (0: no bound) */
+    uint64_t aged_floor;      /* ... while more resident free pages than this stay */
+    uint64_t keep_pages;      /* then the longest, while more than this stay (UINT64_MAX: none) */
+    uint64_t budget;          /* pages at most in all (0: no bound) */
+    int long_only;            /* only runs long enough to be unmapped */
+    int stale;                /* released runs free since stale_before are unmapped */
+    uint64_t stale_before;
+} pm_release_plan_t;
+enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
+void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
+void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
+void pm_release_stale_full_locked(void);     /* a full batch of stale runs: look again soon */
+int pm_release_tick_due(uint64_t now);       /* 1 at most 8 times a second */
+uint64_t pm_release_decay_ns(void);
+
 typedef struct pm_pageheap_stats {
     uint64_t mapped, free, released, in_use, large_in_use, large_requested;
     uint64_t meta; /* of mapped: pages turned into span structs */
@@ -169,6 +194,7 @@ pm_central_t *pm_central_find(unsigned cls); /* NULL while the class is unused *
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
+void pm_central_tick(void);                /* kept empty spans of idle classes go back */
 uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);
@@ -284,6 +310,17 @@ void *pm_valloc(size_t size);
 void *pm_pvalloc(size_t size);
 size_t pm_usable_size(const void *p);
 void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count);
+
+/* ---- large.c: large blocks, and realloc's in-place strategies --------- */
+void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero);
+void pm_large_free(pm_span_t *s, int release);          /* release: pages to the OS first */
+void pm_large_resized(pm_span_t *s, size_t before, size_t size); /* pages were `before`; now asked `size` */
+int pm_large_is_big(const pm_span_t *s);                 /* realloc doubles it and moves its pages */
+int pm_large_shed_reserve(pm_span_t *s);                 /* 1: gave back its reserve */
+void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size); /* NULL: copy it */
+/* alloc.c, for large.c: the thread's cache, and its sampling countdown */
+pm_tcache_t *pm_alloc_thread_cache(void);
+uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size); /* the sample's weight, or 0 */
 
 /* ---- textmark.c: the first and last function of the library's code -- */
 void pm_text_begin(void);

@@ -102,6 +102,7 @@ typedef struct pm_tcache {
     uint8_t in_profiler;            /* reentrancy guard for the profiler */
     uint16_t steal_skip;            /* budget growths to refuse before stealing again */
     uint16_t steal_backoff;         /* the last skip; doubles per failed steal */
+    uint16_t scavenge_skip;         /* refused growths before the next scavenge */
     uint32_t flush_seen;            /* the flush request it last obeyed (tcache.c) */
     uint32_t new_ops;               /* NEW: slow-path operations so far */
     void *prof_sites[8];            /* the profiler's recently used buckets */
@@ -132,6 +133,9 @@ typedef struct pm_central {
     uint64_t spans;              /* spans owned by this class */
     uint64_t span_free;          /* Σ capacity - allocated over its spans */
     pm_span_t *trim_held;        /* spans malloc_trim holds (central.c) */
+    uint32_t kept, kept_max;     /* empty spans left on the list (central.c) */
+    uint32_t idle_ticks;         /* ticks without a get or put (central.c) */
+    uint8_t busy;                /* a get or put since the last tick */
 } PM_ALIGNED(PM_CACHELINE) pm_central_t;
 
 #endif

@@ -7,8 +7,8 @@
  * that needs more takes from the pool, or the part of another thread's
  * budget that thread's lists do not use.  Taking used budget (as tcmalloc
  * does, the victim shrinking at its next slow path) let threads that sleep
- * keep their caches while others grew theirs: seven Python threads held
- * 7-15 MB with a pool of 4 MB.  At thread exit (a
+ * keep their caches while others grew theirs beyond the pool
+ * (test_tcache_crowd_steals_bounded).  At thread exit (a
  * pthread key destructor) the cache is flushed and the thread turns DEAD:
  * later mallocs and frees from that thread go straight to the central
  * lists.
@@ -25,16 +25,15 @@ PM_TLS pm_tcache_t pm_tls;
 #define MIN_BUDGET ((size_t)64 * 1024)
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
-/* One thread never caches more.  tcmalloc allows 4 MiB; with 4 MiB, seven
- * Python threads (PYTHONMALLOC=malloc) held 16 MB in their caches and
- * peaked at 1.33x glibc's RSS, with 1 MiB at 1.0x and the same speed, and
- * bench/large's peak RSS fell from 74 to 68 MB (doc/performance.md). */
+/* One thread never caches more: tcmalloc's 4 MiB cost programs with many
+ * mostly idle threads (bench/pythreads) peak RSS for no speed. */
 #define MAX_BUDGET ((size_t)1 << 20)
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
 #define FIRST_LEN 4      /* a list's length limit at its first use */
 #define STEAL_TRIES 16   /* threads one budget growth looks at (grow_budget) */
 #define STEAL_BACKOFF_MAX 1024
+#define SCAVENGE_EVERY 16
 
 /* The registry of live thread caches.  Its nodes live in metadata memory,
  * not in the threads' TLS: a thread whose first allocation comes in its
@@ -349,10 +348,9 @@ static size_t scavenge(pm_tcache_t *t)
 
 /* How far a list's limit grows when the list runs empty or over: to
  * FIRST_LEN (or a batch, if smaller) at first use, then doubling up to a
- * batch, then a batch at a time.  Growing by one object below a batch
- * made a short-lived thread pay a central-list round trip for its 1st,
- * 2nd, 4th, 7th, 11th... block of each size (threadchurn: 57 M -> 39 M
- * instructions, and a lower peak RSS). */
+ * batch, then a batch at a time: growing by one object below a batch
+ * made a short-lived thread pay a central-list round trip for most of its
+ * first blocks of each size (bench/threadchurn). */
 static uint32_t growth(uint32_t max_len, uint32_t batch)
 {
     uint32_t first = batch < FIRST_LEN ? batch : FIRST_LEN;
@@ -377,7 +375,19 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
          * not 0.5 s */
         int grown = grow_budget(t, bytes);
         if (grown < 0 && (t->steal_skip & 15)) return;
-        if (grown <= 0 && (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget))) return;
+        /* At the budget's ceiling, a scavenge every SCAVENGE_EVERY refusals:
+         * one per refusal walked every class on nearly every refill of a
+         * thread cycling through the medium classes,
+         * and halved lists that had been idle only since the refill before
+         * (bench/mixed -m medium). */
+        if (grown <= 0) {
+            if (grown == 0 && t->scavenge_skip) {
+                t->scavenge_skip--;
+                return;
+            }
+            t->scavenge_skip = SCAVENGE_EVERY;
+            if (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget)) return;
+        }
     }
     l->max_len += by;
     t->capacity += bytes;

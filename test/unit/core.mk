@@ -1,13 +1,15 @@
 # test/unit/core.mk — unit tests of the allocator core, one program per
-# module (test/unit/test_<module>.c): sizeclass, pagemap, central, tcache,
-# alloc (the malloc family and invalid frees), stats, prof_sampler, fmt,
-# options, os_linux; test_core.c holds the page heap's, page release's and large
-# blocks' tests.  What they share is in core_test.h.
+# module (test/unit/test_<module>.c): sizeclass, pagemap, pageheap,
+# pagerelease (the release policy, and malloc_trim's release of the central
+# lists' free pages), large (large blocks and realloc in place), central,
+# tcache, alloc (the malloc family and invalid frees), stats, prof_sampler,
+# fmt, options, os_linux.  What they share is in core_test.h.
 # Included by the top Makefile, which provides BUILD, CC, PM_CFLAGS,
 # CMOCKA_LIBS and PM_TEST_A (the allocator without the libc overrides: the
 # tests call pm_* directly and themselves run on the C library's malloc).
 
-CORE_TEST_NAMES := core sizeclass pagemap central tcache alloc stats prof_sampler fmt options os_linux
+CORE_TEST_NAMES := sizeclass pagemap pageheap pagerelease large central tcache alloc stats prof_sampler fmt \
+	options os_linux
 CORE_TESTS := $(CORE_TEST_NAMES:%=$(BUILD)/test/test_%)
 CORE_TEST_HDRS := $(wildcard src/*.h) include/profmalloc.h test/unit/core_test.h test/unit/child_stderr.h
 

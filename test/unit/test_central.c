@@ -4,7 +4,7 @@
 #include "core_test.h"
 
 /* ======================================================================
- * central.c  (classes no other test uses: 176, 208, 896, 1024, 1152, 1536 B)
+ * central.c  (classes no other test uses: 176, 208, 896, 1024, 1152, 1536 B, 160 KiB)
  * ==================================================================== */
 
 
@@ -391,12 +391,18 @@ static void test_central_partial_slots(void **state)
     assert_int_equal(cb->spans, 1);
     pm_central_put(big, one, 1);
     assert_int_equal(cb->parked, 0);
-    assert_int_equal(cb->spans, 0);
+    assert_int_equal(cb->spans, 1); /* emptied, and kept (central.c PM_KEEP_BYTES) */
+    assert_int_equal(cb->kept, 1);
+    /* the kept span serves the next get (short rather than a fresh span) */
     void *two = pm_central_get(big, pm_class_batch[big], &got);
-    assert_int_equal(got, pm_class_batch[big]);
-    pm_central_put(big, two, pm_class_batch[big]);
+    assert_int_equal(got, 1);
+    assert_ptr_equal(two, one);
+    assert_int_equal(cb->kept, 0);
+    pm_central_put(big, two, got);
     assert_int_equal(cb->nslots, 0);
     assert_int_equal(cb->parked, 0);
+    assert_int_equal(cb->spans, 1);
+    pm_central_drain(); /* malloc_trim gives kept spans back */
     assert_int_equal(cb->spans, 0);
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
@@ -429,7 +435,7 @@ static void test_central_park_cap(void **state)
     pm_central_put(large, batch, bl);
     assert_int_equal(cl->parked, 0);
     assert_int_equal(cl->nslots, 0);
-    assert_int_equal(cl->spans, 0); /* its spans emptied and went home */
+    assert_int_equal(cl->spans, cl->kept); /* its spans emptied: kept or home */
     /* ... short chains park while they stay within 16 KiB */
     uint32_t cap = (uint32_t)(16 * 1024 / sl);
     assert_true(cap >= 2 && cap < bl);
@@ -452,6 +458,35 @@ static void test_central_park_cap(void **state)
 
 /* ====================================================================== */
 
+/* A medium class keeps a span that empties on its list: the next get
+ * takes the same object, with no page-heap operation, and the span goes
+ * back once the class has been idle for PM_KEEP_IDLE_TICKS ticks. */
+static void test_central_keeps_empty_span(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(160 * 1024);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t got;
+    pm_central_drain();
+    pm_pageheap_stats_t before = ph_stats();
+    void *one = pm_central_get(cls, 1, &got);
+    assert_int_equal(got, 1);
+    pm_central_put(cls, one, 1);
+    assert_int_equal(c->kept, 1);
+    assert_int_equal(c->spans, 1);
+    pm_pageheap_stats_t kept = ph_stats();
+    void *again = pm_central_get(cls, 1, &got);
+    assert_ptr_equal(again, one);
+    assert_int_equal(ph_stats().in_use, kept.in_use); /* no page-heap operation */
+    pm_central_put(cls, again, 1);
+    pm_central_tick(); /* a put since the last tick: busy */
+    assert_int_equal(c->kept, 1);
+    for (int i = 0; i < 16 && c->kept; i++) pm_central_tick();
+    assert_int_equal(c->kept, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
 int main(void)
 {
     core_test_init();
@@ -460,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_central_short_get),
         cmocka_unit_test(test_central_transfer_slots),
         cmocka_unit_test(test_central_partial_slots),
+        cmocka_unit_test(test_central_keeps_empty_span),
         cmocka_unit_test(test_central_park_cap),
     };
     int failed = 0;

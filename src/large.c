@@ -1,0 +1,160 @@
+/* large.c — large blocks (above 256 KiB, or aligned beyond a page): each
+ * a span of its own from the page heap, and realloc's strategies for them
+ * that keep the block where it is (shrink in place, grow into the free
+ * pages after it) or move its pages without a copy (mremap).  The bytes
+ * and counts the stats show are kept here, changed in one place
+ * (account).  Takes no lock itself (the page heap takes its own); reaches
+ * the profiler only to drop and re-take a resized block's sample. */
+#include "pm_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+static _Atomic uint64_t large_bytes, large_requested, large_count;
+
+/* A large block at least this big that realloc must move gets twice its
+ * old size, and its old pages go back to the OS at once (pm_realloc). */
+#define PM_BIG_MOVE ((size_t)1 << 20)
+
+static inline void *page_addr(uintptr_t page) { return (void *)(page << PM_PAGE_SHIFT); }
+
+/* The stats' view of large block s changes: its pages by `pages`, its
+ * requested size to `size`, the count by `count`.  The sums are modular:
+ * a decrease adds the complement. */
+static void account(pm_span_t *s, int64_t pages, size_t size, int count)
+{
+    pm_relaxed_add(&large_bytes, (uint64_t)pages << PM_PAGE_SHIFT);
+    pm_relaxed_add(&large_requested, (uint64_t)size - s->requested);
+    if (count) pm_relaxed_add(&large_count, (uint64_t)(int64_t)count);
+    s->requested = size;
+}
+
+static int64_t grown(const pm_span_t *s, size_t before) { return (int64_t)s->npages - (int64_t)before; }
+
+void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
+{
+    *bytes = pm_relaxed_load(&large_bytes);
+    *requested = pm_relaxed_load(&large_requested);
+    *count = pm_relaxed_load(&large_count);
+}
+
+/* size: what the application asked for; bytes (>= size): what to reserve. */
+void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
+{
+    size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
+    pm_span_t *s = NULL;
+    /* refused: once more after the allocator gave back what it holds
+     * (test_harden: test_recovery_after_aligned_fill) */
+    for (int tries = 0; !s && tries < 2; tries++) {
+        s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc(n);
+        if (!s && (tries || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2 || !pm_tcache_give_back(n << PM_PAGE_SHIFT))) break;
+    }
+    if (!s) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    s->cls = 0;
+    s->requested = 0;
+    s->usable_seen = 0;
+    s->sample = NULL;
+    account(s, (int64_t)s->npages, size, 1);
+    void *p = page_addr(s->page);
+    if (zero && !s->zeroed) memset(p, 0, size);
+    return p;
+}
+
+/* release: its pages go back to the OS first (a block realloc moved away
+ * from). */
+void pm_large_free(pm_span_t *s, int release)
+{
+    account(s, -(int64_t)s->npages, 0, -1);
+    if (release) pm_pageheap_free_released(s);
+    else pm_pageheap_free(s);
+}
+
+void pm_large_resized(pm_span_t *s, size_t before, size_t size) { account(s, grown(s, before), size, 0); }
+
+int pm_large_is_big(const pm_span_t *s) { return s->cls == 0 && ((size_t)s->npages << PM_PAGE_SHIFT) >= PM_BIG_MOVE; }
+
+/* A large block that grew or shrank in place is, for the profiler, the
+ * old block freed and a new one of `size`, as a move would be: a 64 MiB
+ * block shrunk to 1 MiB must not stay 64 MiB live, nor one grown from
+ * 300 KB to 2 MiB stay 300 KB. */
+static void resample(pm_span_t *s, void *old, void *p, size_t size)
+{
+    if (old && PM_UNLIKELY(pm_sites_maybe_sampled(s, old))) pm_sites_remove(s, old);
+    pm_tcache_t *t = pm_alloc_thread_cache();
+    uint64_t weight = pm_alloc_sample_tick(t, size);
+    if (weight) pm_sites_add(t, p, size, weight);
+}
+
+/* realloc cannot move large block s for want of address space: its pages
+ * past what was asked for (the reserve of an earlier growth) go back to
+ * the OS, unless malloc_usable_size said they were the program's.  1: the
+ * block shrank, a move may now fit.  Under RLIMIT_AS, a buffer grown by
+ * half at each step (doubled reserve: 259 MiB for 194) could not go to
+ * 291 MiB 520 MiB above the start, which glibc's mremap does. */
+int pm_large_shed_reserve(pm_span_t *s)
+{
+    size_t need = (s->requested + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT, before = s->npages;
+    if (s->cls != 0 || s->usable_seen || need == 0 || need >= before) return 0;
+    if (!pm_pageheap_shrink(s, need)) return 0;
+    account(s, grown(s, before), s->requested, 0);
+    pm_pageheap_release_all(); /* the tail's address space, and any other */
+    return 1;
+}
+
+/* realloc of large block s (at p) to `size`, where it need not be copied:
+ * the new address, or NULL when the caller must allocate and copy.
+ * - A block that stays large shrinks in place, as glibc's does: its tail
+ *   pages go back to the page heap as free resident pages (the release
+ *   policy returns them like any others), with no copy and nothing to
+ *   allocate, so it works when memory is exhausted, and a
+ *   shrink-then-grow-back loop does not fault its pages in again
+ *   (test_realloc_shrinks_large_in_place, test_exhausted_realloc_shrinks).
+ * - A growing block takes the free pages right after it when it can (its
+ *   reserve, else just enough), as glibc grows a block into its top chunk:
+ *   no copy, and no old block left behind in the page heap.  The reserve
+ *   is a quarter more than the old size, twice it from PM_BIG_MOVE: its
+ *   pages are only faulted in as they are written, and each move copies
+ *   into fresh pages the kernel must fault in and zero (bench/grow).
+ * - A big block that cannot grow in place moves with mremap, as glibc
+ *   moves its mmapped chunks: its pages go with the page tables, so
+ *   nothing is copied or faulted in again, and the old addresses are gone
+ *   at once (test_realloc_big_moves_pages).  The profiler's record is
+ *   keyed by the old address: dropped before the move, taken again if the
+ *   block stays.
+ * test_alloc_realloc_large_in_place, test_alloc_realloc_headroom. */
+void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
+{
+    size_t old = (size_t)s->npages << PM_PAGE_SHIFT, before = s->npages;
+    size_t exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
+    if (size < old) {
+        if (size <= PM_MAX_SMALL || !pm_pageheap_shrink(s, exact)) return NULL;
+        account(s, grown(s, before), size, 0);
+        resample(s, p, p, size);
+        return p;
+    }
+    int big = old >= PM_BIG_MOVE;
+    size_t reserve = big ? 2 * old : old + old / 4;
+    size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
+    if (pm_pageheap_extend(s, roomy) || (roomy > exact && pm_pageheap_extend(s, exact))) {
+        account(s, grown(s, before), size, 0);
+        resample(s, p, p, size);
+        return p;
+    }
+    if (!big) return NULL;
+    int sampled = pm_sites_maybe_sampled(s, p);
+    if (sampled) pm_sites_remove(s, p);
+    if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {
+        account(s, grown(s, before), size, 0);
+        void *q = page_addr(s->page);
+        resample(s, NULL, q, size);
+        return q;
+    }
+    if (sampled) {
+        pm_tcache_t *t = pm_alloc_thread_cache();
+        pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested));
+    }
+    return NULL;
+}

@@ -1,0 +1,136 @@
+/* pagerelease.c — the release policy: which free pages of the page heap go
+ * back to the OS, and when.  It only decides: pageheap.c describes its
+ * state (pm_heap_view_t) under its lock, asks pm_release_choose_locked
+ * for a plan, picks the spans the plan names, and releases them after
+ * dropping the lock.  Never touches a span, a list or the OS.
+ * Lock: the page heap's; the few times kept here (rel) are read and
+ * written only under it, except the tick's gate, an atomic.
+ * Each rule below is a function with the reason it exists; the rules'
+ * history and measurements are in doc/design.md (memory release policy). */
+#include "pm_internal.h"
+
+#define PM_DECAY_NS 1000000000ull
+#define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
+#define GROWTH_AGE_NS (PM_DECAY_NS / 8)
+
+static struct {
+    uint64_t retry_ns;       /* no release tried before this, but of runs to unmap */
+    uint64_t unmap_scan_ns;  /* next look for released runs to unmap */
+    uint64_t excess_scan_ns; /* next look when released pages outnumber those in use */
+    _Atomic uint64_t tick_ns; /* pm_release_tick_due says yes again after this */
+} rel;
+
+/* ---- the rules ----------------------------------------------------------- */
+
+/* Decay: a free span nobody reused for a second goes back, so an idle or
+ * shrinking heap gives memory back while reuse within the second costs no
+ * page fault (test_pageheap_tick_releases). */
+static void rule_decay(const pm_heap_view_t *v, pm_release_plan_t *p)
+{
+    if (v->now >= PM_DECAY_NS && v->oldest_free_ns <= v->now - PM_DECAY_NS) p->aged_before = v->now - PM_DECAY_NS;
+}
+
+/* The cap: more resident free pages than the pages in use (or 64 MiB,
+ * PROFMALLOC_RELEASE_BYTES, if more) and the longest free spans go back
+ * down to 7/8 of it, so fragmentation cannot hold more than the program
+ * uses; a cap the user gave holds alone, as a program under a cgroup limit
+ * asked for that bound (test_pageheap_release_cap_grows_with_heap). */
+static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p)
+{
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    if (!pm_options.release_bytes_set && limit < v->in_use) limit = v->in_use;
+    if (v->free <= limit) return;
+    /* Paced: the default cap is enforced a tick at a time, and at once
+     * only past twice the cap: fragmentation's free runs come and go
+     * within a tick as blocks of random size are replaced, and releasing
+     * them on the free that crossed the cap made the next blocks fault
+     * in fresh pages (bench/bigrepeat).  A cap the user gave holds at every free
+     * (test_pageheap_cap_paced). */
+    if (event == PM_RELEASE_FREE && !pm_options.release_bytes_set && v->free <= limit + limit / 2) return;
+    p->keep_pages = limit - limit / 8;
+}
+
+/* Growth: when fresh pages are about to be faulted in because no resident
+ * free span fits, as many resident free pages go back, oldest first, so
+ * fragmentation does not grow the resident set; only spans unused for an
+ * eighth of a second (the one freed a moment ago is what the next block is
+ * cut from), and never below a quarter of the pages in use
+ * (test_pageheap_growth_floor, test_pageheap_growth_keeps_young). */
+static void rule_growth(const pm_heap_view_t *v, pm_release_plan_t *p)
+{
+    uint64_t floor = (pm_options.release_bytes >> PM_PAGE_SHIFT) / 32;
+    if (floor < v->in_use / 4) floor = v->in_use / 4;
+    if (v->now < GROWTH_AGE_NS || v->free <= floor) return;
+    p->aged_before = v->now - GROWTH_AGE_NS;
+    p->aged_pages = v->grow_pages;
+    p->aged_floor = floor;
+}
+
+/* Refusals: after the kernel refused a release (mlock, huge kernel pages)
+ * nothing is madvised for a second, only runs long enough to be unmapped
+ * (munmap works where madvise is refused), so a locked heap costs one
+ * failed call a second, not one per free (test_api:
+ * test_calloc_zeroed_locked). */
+static int rule_refused(const pm_heap_view_t *v) { return v->now < rel.retry_ns; }
+
+/* Stale released runs: released runs unused for a second are unmapped, so
+ * their address space and commit charge go too; looked for once a second
+ * (the walk stays cheap), and at once while released pages outnumber
+ * those in use (a program replacing blocks of random size and alignment
+ * kept many times its live bytes in address space): test_pageheap_decay_unmaps. */
+static void rule_stale(const pm_heap_view_t *v, pm_release_plan_t *p)
+{
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    int excess = v->released > (v->in_use > limit ? v->in_use : limit);
+    if (v->now < rel.unmap_scan_ns && !(excess && v->now >= rel.excess_scan_ns)) return;
+    p->stale = 1;
+    p->stale_before = excess ? UINT64_MAX : v->now >= PM_DECAY_NS ? v->now - PM_DECAY_NS : 0;
+    rel.unmap_scan_ns = v->now + PM_DECAY_NS;
+    rel.excess_scan_ns = v->now + PM_DECAY_NS / 16;
+}
+
+/* ---- the chooser ----------------------------------------------------------- */
+
+void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *p)
+{
+    *p = (pm_release_plan_t){.keep_pages = UINT64_MAX};
+    switch (event) {
+    case PM_RELEASE_GROWTH:
+        if (!rule_refused(v)) rule_growth(v, p);
+        return;
+    case PM_RELEASE_TICK:
+        /* at most 32 MiB a tick: a tick that returned a run of GBs at once
+         * held a small malloc in another thread for as long
+         * (test_pageheap_tick_bounded) */
+        p->budget = TICK_RELEASE_PAGES;
+        /* fall through */
+    case PM_RELEASE_FREE:
+        rule_cap(v, event, p);
+        rule_decay(v, p);
+        p->long_only = rule_refused(v);
+        rule_stale(v, p);
+        return;
+    }
+}
+
+void pm_release_stale_full_locked(void)
+{
+    /* a full batch of stale runs: the next free looks again (one batch a
+     * second fell behind: 400 long runs waited in a loop) */
+    rel.unmap_scan_ns = 0;
+    rel.excess_scan_ns = 0;
+}
+
+void pm_release_refused_locked(uint64_t now) { rel.retry_ns = now + PM_DECAY_NS; }
+
+/* The tick runs the rules as the program allocates, at most eight times a
+ * second: without it a program that freed its big blocks and went on with
+ * small ones (served by the thread caches) kept the freed pages for good. */
+int pm_release_tick_due(uint64_t now)
+{
+    if (now < pm_relaxed_load(&rel.tick_ns)) return 0;
+    pm_relaxed_store(&rel.tick_ns, now + PM_DECAY_NS / 8);
+    return 1;
+}
+
+uint64_t pm_release_decay_ns(void) { return PM_DECAY_NS; }

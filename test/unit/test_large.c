@@ -1,0 +1,146 @@
+/* test_large.c — unit tests of large blocks (large.c): realloc's reserve,
+ * growth in place into the free pages after a block, the move of a big
+ * block with its pages, shrinking in place, and the byte and block counts
+ * the stats show through all of them.  Linked with libprofmalloc-test.a
+ * (no libc overrides); sampling is off (main). */
+#include "core_test.h"
+
+/* Growing a block reserves a quarter more than the old one (small and
+ * large), while a jump past that gets the size asked for. */
+static void test_alloc_realloc_headroom(void **state)
+{
+    (void)state;
+    uint8_t *p = pm_malloc(1000);
+    assert_non_null(p);
+    memset(p, 7, 1000);
+    size_t old = pm_usable_size(p);
+    uint8_t *q = pm_realloc(p, old + 1);
+    assert_non_null(q);
+    assert_true(pm_usable_size(q) >= old + old / 4);
+    assert_true(pm_usable_size(q) < 2 * old);
+    for (size_t i = 0; i < 1000; i++) assert_int_equal(q[i], 7);
+    /* a jump beyond old + old/4: the class of the new size */
+    uint8_t *r = pm_realloc(q, 100000);
+    assert_non_null(r);
+    assert_int_equal(pm_usable_size(r), pm_class_size[pm_sizeclass_of(100000)]);
+    /* large blocks too */
+    uint8_t *l = pm_realloc(r, 300000);
+    assert_non_null(l);
+    size_t lold = pm_usable_size(l);
+    assert_int_equal(lold % PAGE, 0);
+    uint8_t *l2 = pm_realloc(l, lold + 1);
+    assert_non_null(l2);
+    /* (in place only when the pages after it are free: then the reserve
+     * as well when they are enough) */
+    assert_true(pm_usable_size(l2) >= lold + lold / 4 || (l2 == l && pm_usable_size(l2) > lold));
+    for (size_t i = 0; i < 1000; i++) assert_int_equal(l2[i], 7);
+    pm_free(l2);
+    /* the biggest class growing by a byte: a large block with the reserve */
+    uint8_t *top = pm_malloc(PM_MAX_SMALL);
+    assert_non_null(top);
+    assert_int_equal(pm_usable_size(top), PM_MAX_SMALL);
+    memset(top, 9, PM_MAX_SMALL);
+    uint8_t *big = pm_realloc(top, PM_MAX_SMALL + 1);
+    assert_non_null(big);
+    assert_true(pm_usable_size(big) >= PM_MAX_SMALL + PM_MAX_SMALL / 4);
+    assert_int_equal(pm_usable_size(big) % PAGE, 0);
+    for (size_t i = 0; i < PM_MAX_SMALL; i += 4093) assert_int_equal(big[i], 9);
+    assert_int_equal(big[PM_MAX_SMALL - 1], 9);
+    pm_free(big);
+}
+
+
+/* A large block grows in place into the free pages after it; when it
+ * cannot and must move, it gets twice its old size and the block it leaves
+ * is not kept resident in the page heap (from 1 MiB: moved with its pages,
+ * or copied and released at once). */
+static void test_alloc_realloc_large_in_place(void **state)
+{
+    (void)state;
+    const size_t MiB = (size_t)1 << 20;
+    pm_pageheap_release_all();
+    uint8_t *x = pm_malloc(8 * MiB);
+    assert_non_null(x);
+    memset(x, 0, 8 * MiB);
+    pm_free(x); /* the only resident free span: 8 MiB */
+    uint8_t *p = pm_malloc(MiB);
+    assert_ptr_equal(p, x);
+    memset(p, 5, MiB);
+    uint8_t *q = pm_realloc(p, 3 * MiB);
+    assert_ptr_equal(q, p); /* grown, not moved */
+    assert_true(pm_usable_size(q) >= 3 * MiB);
+    for (size_t i = 0; i < MiB; i += 4093) assert_int_equal(q[i], 5);
+    memset(q, 6, 3 * MiB);
+    /* a block right after it: the next growth must move */
+    uint8_t *y = pm_malloc(MiB);
+    assert_ptr_equal(y, q + pm_usable_size(q));
+    size_t qsize = pm_usable_size(q);
+    unsigned char *vec = calloc(qsize / 4096, 1);
+    assert_int_equal(mincore(q, qsize, vec), 0);
+    for (size_t i = 0; i < qsize / 4096; i++) assert_true(vec[i] & 1); /* resident */
+    uint8_t *r = pm_realloc(q, 5 * MiB);
+    assert_non_null(r);
+    assert_ptr_not_equal(r, q);
+    assert_true(pm_usable_size(r) >= 2 * qsize); /* a move from 1 MiB up doubles */
+    for (size_t i = 0; i < 3 * MiB; i += 4093) assert_int_equal(r[i], 6);
+    /* the block left behind is gone at once: its pages moved with it
+     * (mremap) and its addresses are unmapped; or, where the move was
+     * refused, released with madvise */
+    errno = 0;
+    if (mincore(q, qsize, vec) == 0) {
+        for (size_t i = 0; i < qsize / 4096; i++) assert_false(vec[i] & 1);
+    } else {
+        assert_int_equal(errno, ENOMEM);
+    }
+    free(vec);
+    pm_free(y);
+    pm_free(r);
+}
+
+/* The counts the stats show (large.c account) follow a block through
+ * every strategy: allocated, kept, shrunk in place, grown in place, moved,
+ * copied and freed, they come back to where they started. */
+static void test_large_accounting(void **state)
+{
+    (void)state;
+    const size_t MiB = (size_t)1 << 20;
+    uint64_t b0, r0, n0, b, r, n;
+    pm_alloc_large_stats(&b0, &r0, &n0);
+    uint8_t *p = pm_malloc(3 * MiB);
+    assert_non_null(p);
+    pm_alloc_large_stats(&b, &r, &n);
+    assert_int_equal(b - b0, 3 * MiB);
+    assert_int_equal(r - r0, 3 * MiB);
+    assert_int_equal(n - n0, 1);
+    p = pm_realloc(p, 2 * MiB); /* kept: waste under half */
+    pm_alloc_large_stats(&b, &r, &n);
+    assert_int_equal(b - b0, 3 * MiB);
+    assert_int_equal(r - r0, 2 * MiB);
+    p = pm_realloc(p, MiB + 1); /* shrunk in place */
+    pm_alloc_large_stats(&b, &r, &n);
+    assert_int_equal(b - b0, pm_usable_size(p));
+    assert_true(pm_usable_size(p) < 2 * MiB);
+    assert_int_equal(r - r0, MiB + 1);
+    p = pm_realloc(p, 6 * MiB); /* in place, moved or copied */
+    assert_non_null(p);
+    pm_alloc_large_stats(&b, &r, &n);
+    assert_int_equal(b - b0, pm_usable_size(p));
+    assert_int_equal(r - r0, 6 * MiB);
+    assert_int_equal(n - n0, 1);
+    pm_free(p);
+    pm_alloc_large_stats(&b, &r, &n);
+    assert_int_equal(b, b0);
+    assert_int_equal(r, r0);
+    assert_int_equal(n, n0);
+}
+
+int main(void)
+{
+    core_test_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc_realloc_headroom),
+        cmocka_unit_test(test_alloc_realloc_large_in_place),
+        cmocka_unit_test(test_large_accounting),
+    };
+    return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
+}

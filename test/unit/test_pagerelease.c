@@ -1,0 +1,579 @@
+/* test_pagerelease.c — unit tests of the release policy (pagerelease.c)
+ * through the page heap: the decay, the cap that grows with the heap and
+ * its pace, the growth rule's floor and age, the tick and its bound, ages
+ * kept across cuts, unmapping stale released runs, and malloc_trim's
+ * release of everything, the OS pages inside the central lists' free
+ * objects included (central.c pm_central_release_free).  Linked with libprofmalloc-test.a (no libc overrides);
+ * sampling is off (main); the clock jumps with pm_pageheap_skip_time. */
+#include "core_test.h"
+
+/* Fresh pages about to be faulted in send resident free pages back to
+ * the OS, oldest first, but never below a quarter of the pages in use. */
+static void test_pageheap_growth_floor(void **state)
+{
+    (void)state;
+    enum { B = 500, USED = 4000, C = 600 };
+    pm_span_t *b[3], *sep[3];
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc(3 * (B + 1)); /* three spans kept apart */
+    assert_non_null(run);
+    pm_pageheap_free(run);
+    for (int i = 0; i < 3; i++) {
+        b[i] = pm_pageheap_alloc(B);
+        sep[i] = pm_pageheap_alloc(1);
+        assert_true(b[i] && sep[i]);
+        assert_int_equal(sep[i]->page, b[i]->page + B);
+    }
+    pm_span_t *used = pm_pageheap_alloc(USED);
+    assert_non_null(used);
+    for (int i = 0; i < 3; i++) pm_pageheap_free(b[i]);
+    pm_pageheap_stats_t st = ph_stats();
+    assert_int_equal(st.free, 3 * B * PAGE);
+    uint64_t in_use = st.in_use / PAGE + C;
+    /* the floor, a quarter of in_use, is between 2B and 3B; an eighth or
+     * a half would not be */
+    assert_true(in_use / 4 >= 2 * B && in_use / 4 < 3 * B);
+    assert_true(in_use / 8 < 2 * B && in_use / 2 >= 3 * B);
+    /* no free span holds C pages: fresh memory, and the oldest free span
+     * (B pages) goes back; a second would leave less than a quarter of
+     * in_use.  Only spans free for an eighth of a second go (one freed a
+     * moment ago is what the next block is cut from) */
+    pm_pageheap_skip_time(200000000ull);
+    pm_span_t *c = pm_pageheap_alloc(C);
+    assert_non_null(c);
+    assert_int_equal(c->zeroed, 1);
+    st = ph_stats();
+    assert_int_equal(st.free, 2 * B * PAGE);
+    pm_pageheap_free(c);
+    pm_pageheap_free(used);
+    for (int i = 0; i < 3; i++) pm_pageheap_free(sep[i]);
+}
+
+/* A growth releases only free spans that have been unused for an eighth
+ * of a second: in a steady state of big blocks replaced at random, the span
+ * freed a moment ago is the one the next block will be cut from. */
+static void test_pageheap_growth_keeps_young(void **state)
+{
+    (void)state;
+    enum { B = 500, USED = 100, C = 600 };
+    pm_pageheap_release_all();
+    pm_span_t *x = pm_pageheap_alloc(B), *sep = pm_pageheap_alloc(1), *used = pm_pageheap_alloc(USED);
+    assert_true(x && sep && used);
+    memset(page_ptr(x->page), 1, B * PAGE);
+    pm_pageheap_free(x);
+    assert_int_equal(ph_stats().free, B * PAGE);
+    pm_span_t *c1 = pm_pageheap_alloc(C); /* fresh: x is young and stays */
+    assert_non_null(c1);
+    assert_int_equal(c1->zeroed, 1);
+    assert_int_equal(ph_stats().free, B * PAGE);
+    pm_pageheap_skip_time(200000000ull);
+    pm_span_t *c2 = pm_pageheap_alloc(C); /* fresh again: now x goes */
+    assert_non_null(c2);
+    assert_int_equal(c2->zeroed, 1);
+    assert_int_equal(ph_stats().free, 0);
+    pm_pageheap_free(c1);
+    pm_pageheap_free(c2);
+    pm_pageheap_free(used);
+    pm_pageheap_free(sep);
+}
+
+static void test_pageheap_release_all(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    pm_span_t *s = pm_pageheap_alloc(N);
+    assert_non_null(s);
+    uintptr_t page = s->page;
+    memset(page_ptr(page), 0xcd, N * PAGE);
+    pm_pageheap_free(s);
+    pm_pageheap_stats_t before = ph_stats();
+    assert_true(before.free >= N * PAGE);
+    pm_pageheap_release_all();
+    pm_pageheap_stats_t after = ph_stats();
+    assert_int_equal(after.free, 0);
+    /* every free page was madvised, or unmapped with its run (1 MiB and up) */
+    assert_int_equal((after.released - before.released) + (before.mapped - after.mapped), before.free);
+    assert_int_equal(after.in_use, before.in_use);
+
+    /* every span handed out now is released memory: zeroed, and reads as
+     * zero; take single pages until each page written above came back,
+     * unless it went with a longer run that was unmapped */
+    size_t covered = 0;
+    int seen[N];
+    for (size_t i = 0; i < N; i++) {
+        unsigned char v;
+        errno = 0;
+        seen[i] = mincore(page_ptr(page + i), 1, &v) == -1 && errno == ENOMEM;
+        covered += seen[i];
+    }
+    size_t max = after.released / PAGE + 1, k = 0;
+    pm_span_t **got = calloc(max, sizeof *got);
+    assert_non_null(got);
+    int bad = 0;
+    while (k < max && covered < N) {
+        pm_span_t *t = pm_pageheap_alloc(1);
+        if (!t) break;
+        got[k++] = t;
+        if (t->zeroed != 1 || !all_zero(page_ptr(t->page), PAGE)) bad++;
+        if (t->page >= page && t->page < page + N && !seen[t->page - page]) {
+            seen[t->page - page] = 1;
+            covered++;
+        }
+    }
+    for (size_t i = 0; i < k; i++) pm_pageheap_free(got[i]);
+    free(got);
+    pm_pageheap_release_all();
+    assert_int_equal(bad, 0);
+    assert_int_equal(covered, N);
+}
+
+/* The cap on resident free pages grows with the heap: past 64 MiB, up to
+ * as many pages as are in use stay free and resident, so a program replacing big
+ * blocks at random reuses them without faulting them in again.  With a
+ * fixed 64 MiB cap, the 96 MiB freed here went back down to 24 MiB (spans go
+ * whole).  A PROFMALLOC_RELEASE_BYTES given by the user stays a fixed cap.
+ * Every span is freed before the checks, so a failure leaves no 416 MiB in
+ * use for the tests that follow. */
+static size_t cap_kept(int fixed, int freed) /* resident free bytes kept */
+{
+    enum { BIG = 8 << 20, N = 64 };
+    pm_options_t saved = pm_options;
+    pm_options.release_bytes_set = fixed;
+    pm_pageheap_release_all();
+    pm_span_t *s[N];
+    int got = 0;
+    while (got < N && (s[got] = pm_pageheap_alloc(BIG / PAGE)) != NULL) got++; /* never touched */
+    for (int i = 0; i < freed && i < got; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_stats_t mid = ph_stats();
+    for (int i = freed; i < got; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_release_all();
+    pm_options = saved;
+    assert_int_equal(got, N);
+    return mid.free;
+}
+
+static void test_pageheap_release_cap_grows_with_heap(void **state)
+{
+    (void)state;
+    /* 96 MiB free against 416 MiB in use: all of it kept */
+    assert_true(cap_kept(0, 12) >= (size_t)12 << 23);
+    /* the same with the 64 MiB given: held at every free */
+    assert_true(cap_kept(1, 12) <= (size_t)64 << 20);
+    /* and once most of it is free the cap follows what is left in use,
+     * 96 MiB, then 64 MiB once only 32 MiB are; a free lets half the cap
+     * more wait for the next tick (test_pageheap_cap_paced), and runs go
+     * whole, so less may stay */
+    assert_true(cap_kept(0, 52) <= (size_t)144 << 20);
+    assert_true(cap_kept(0, 60) <= (size_t)96 << 20);
+}
+
+/* The default cap is paced: free pages past it (but within 1.5 times it) stay
+ * until the next tick, which returns at most 32 MiB, longest first; the
+ * free runs of blocks replaced at random come and go within a tick. */
+static void test_pageheap_cap_paced(void **state)
+{
+    (void)state;
+    enum { BIG = 8 << 20, USED = 16, FREED = 20 };
+    pm_pageheap_skip_time(1100000000ull); /* the tick is due */
+    pm_pageheap_tick();
+    pm_pageheap_release_all();
+    pm_span_t *s[USED + FREED];
+    for (int i = 0; i < USED + FREED; i++) assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
+    for (int i = USED; i < USED + FREED; i++) pm_pageheap_free(s[i]);
+    size_t before = ph_stats().free; /* 160 MiB free, 128 MiB in use: over the cap */
+    pm_pageheap_skip_time(200000000ull);
+    pm_pageheap_tick();
+    size_t after = ph_stats().free;
+    for (int i = 0; i < USED; i++) pm_pageheap_free(s[i]);
+    pm_pageheap_release_all();
+    assert_int_equal(before, (size_t)FREED * BIG);
+    assert_int_equal(after, (size_t)FREED * BIG - (32 << 20));
+}
+
+/* The release rules run as the program allocates (pm_pageheap_tick, from
+ * the sampling countdown), not only when the page heap frees a span: a
+ * program that frees its big blocks and goes on with small ones gets them
+ * back to the OS a second later.  Before, they stayed resident for good. */
+static void test_pageheap_tick_releases(void **state)
+{
+    (void)state;
+    enum { N = 8, BIG = 1 << 20 };
+    pm_pageheap_release_all();
+    pm_span_t *s[N];
+    for (int i = 0; i < N; i++) {
+        assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
+        memset(page_ptr(s[i]->page), 1, BIG);
+    }
+    for (int i = 0; i < N; i++) pm_pageheap_free(s[i]);
+    assert_true(ph_stats().free >= (size_t)N * BIG); /* kept: under the cap */
+    pm_pageheap_tick();
+    assert_true(ph_stats().free >= (size_t)N * BIG); /* young: still kept */
+    pm_pageheap_skip_time(1100000000ull);
+    pm_pageheap_tick();
+    assert_true(ph_stats().free < (size_t)BIG); /* a second unused: returned */
+}
+
+/* One tick returns 32 MiB at most, cut from the end of a longer run: a
+ * tick in a malloc(64) returned a 2 GB run at once and took 270 ms (a
+ * review).  The next tick (an eighth of a second later) goes on. */
+static void test_pageheap_tick_bounded(void **state)
+{
+    (void)state;
+    enum { RUN = 6144 }; /* 48 MiB: under the 64 MiB cap, so kept */
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
+    pm_pageheap_release_all();
+    pm_span_t *s = pm_pageheap_alloc(RUN);
+    assert_non_null(s);
+    uintptr_t page = s->page;
+    pm_pageheap_free(s);
+    assert_int_equal(ph_stats().free, (size_t)RUN * PAGE);
+    pm_pageheap_skip_time(1100000000ull);
+    pm_pageheap_tick();
+    assert_int_equal(ph_stats().free, (size_t)(RUN - 4096) * PAGE);
+    assert_non_null(pm_pagemap_span(page)); /* the front stays, free */
+    pm_pageheap_skip_time(200000000ull);
+    pm_pageheap_tick();
+    assert_int_equal(ph_stats().free, 0);
+}
+
+/* A run keeps its age when a span is cut from it: the rest has been free
+ * as long as the run.  Its age restarted at every cut, and a trickle of
+ * small allocations kept a big free run resident for good (a review: 800
+ * MB).  Free at 0, one page cut at 0.6 s, a tick at 1.2 s: the rest goes. */
+static void test_pageheap_cut_keeps_age(void **state)
+{
+    (void)state;
+    enum { RUN = 512 };
+    pm_pageheap_skip_time(1100000000ull); /* every free span a second old */
+    pm_pageheap_release_all(); /* nothing else FREE: the page is cut from the run */
+    pm_span_t *s = pm_pageheap_alloc(RUN);
+    assert_non_null(s);
+    uintptr_t page = s->page;
+    pm_pageheap_free(s);
+    pm_pageheap_skip_time(600000000ull);
+    pm_span_t *one = pm_pageheap_alloc(1);
+    assert_non_null(one);
+    uintptr_t got = one->page;
+    size_t rest = ph_stats().free;
+    if (got != page || rest != (size_t)(RUN - 1) * PAGE) pm_pageheap_free(one);
+    assert_int_equal(got, page);
+    assert_int_equal(rest, (size_t)(RUN - 1) * PAGE);
+    pm_pageheap_skip_time(600000000ull);
+    pm_pageheap_tick();
+    size_t left = ph_stats().free;
+    pm_pageheap_free(one); /* before the check: a failure leaks nothing */
+    pm_pageheap_release_all();
+    assert_int_equal(left, 0);
+}
+
+/* The decay: a free run unused for a second goes back at the next free,
+ * and one of 1 MiB or more with its address space; a run released at once
+ * (a block realloc moved away from) keeps its addresses for reuse, and is
+ * unmapped once it too has stayed unused for a second. */
+static void test_pageheap_decay_unmaps(void **state)
+{
+    (void)state;
+    enum { LONG = 200, SHORT = 8, TRIGGERS = 64 };
+    pm_span_t *trigger[TRIGGERS]; /* freed after the wait: each free runs the policy */
+    for (int i = 0; i < TRIGGERS; i++) assert_non_null(trigger[i] = pm_pageheap_alloc(1));
+    pm_span_t *a = pm_pageheap_alloc(LONG), *g1 = pm_pageheap_alloc(1);
+    pm_span_t *b = pm_pageheap_alloc(LONG), *g2 = pm_pageheap_alloc(1);
+    pm_span_t *c = pm_pageheap_alloc(SHORT), *g3 = pm_pageheap_alloc(1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_non_null(g3);
+    uintptr_t apage = a->page, bpage = b->page, cpage = c->page;
+    memset(page_ptr(apage), 1, LONG * PAGE);
+    memset(page_ptr(bpage), 2, LONG * PAGE);
+    memset(page_ptr(cpage), 3, SHORT * PAGE);
+    pm_pageheap_free(a);          /* FREE, resident */
+    pm_pageheap_free_released(b); /* released at once, still mapped */
+    pm_pageheap_free(c);
+    unsigned char vec[LONG * PAGE / 4096];
+    assert_int_equal(mincore(page_ptr(apage), LONG * PAGE, vec), 0);
+    assert_true(vec[0] & 1);
+    assert_int_equal(mincore(page_ptr(bpage), LONG * PAGE, vec), 0);
+    assert_false(vec[0] & 1);
+    usleep(1100 * 1000);
+    /* the policy takes 32 spans a free, older ones (other tests') first;
+     * nothing is allocated meanwhile, which could cut from a, b or c and
+     * make their rest young again */
+    for (int i = 0; i < TRIGGERS; i++) pm_pageheap_free(trigger[i]);
+    errno = 0;
+    assert_int_equal(mincore(page_ptr(apage), LONG * PAGE, vec), -1);
+    assert_int_equal(errno, ENOMEM);
+    errno = 0;
+    assert_int_equal(mincore(page_ptr(bpage), LONG * PAGE, vec), -1);
+    assert_int_equal(errno, ENOMEM);
+    /* the short run: released (madvised, or unmapped with a longer run it
+     * joined: where it was cut is the heap's choice) */
+    errno = 0;
+    if (mincore(page_ptr(cpage), SHORT * PAGE, vec) == 0) {
+        for (size_t i = 0; i < SHORT * PAGE / 4096; i++) assert_false(vec[i] & 1);
+    } else {
+        assert_int_equal(errno, ENOMEM);
+    }
+    pm_pageheap_free(g1);
+    pm_pageheap_free(g2);
+    pm_pageheap_free(g3);
+}
+
+/* ---- malloc_trim's release of the central lists' free pages ------------ */
+
+static int page_resident(const void *p)
+{
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char v = 0;
+    assert_int_equal(mincore((void *)((uintptr_t)p & ~(os - 1)), os, &v), 0);
+    return v & 1;
+}
+
+/* malloc_trim's second step: the OS pages that lie wholly inside the free
+ * objects of spans still in use go back to the OS (all but the page that
+ * holds an object's link), and so do the spans' tails; live objects keep
+ * every byte, and the free objects are back in their spans afterwards. */
+static void test_central_release_free(void **state)
+{
+    (void)state;
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned cls = class_of_size(9216); /* 4 objects in 5 pages: a 4 KiB tail */
+    size_t size = pm_class_size[cls];
+    if (2 * os > size) {
+        print_message("    (OS pages of %zu bytes: no page inside a 9216-byte object; skipped)\n", os);
+        return;
+    }
+    uint32_t per_span = (uint32_t)(pm_class_pages[cls] * PAGE / size);
+    pm_central_t *c = pm_central_of(cls);
+    pm_central_drain();
+    uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
+    enum { N = 32 };
+    uint8_t *o[N];
+    void *chain = get_full(cls, N);
+    for (int i = 0; i < N; i++) {
+        o[i] = chain;
+        chain = pm_link_get(chain);
+        memset(o[i], 0xa5, size);
+    }
+    /* every other object back: each span keeps live objects */
+    uint32_t nfree = 0;
+    for (int i = 0; i < N; i += 2) {
+        pm_link_set(o[i], NULL);
+        pm_central_put(cls, o[i], 1);
+        nfree++;
+    }
+    pm_central_drain(); /* parked objects into their spans */
+    uint64_t released = pm_central_release_free();
+    /* each freed object has at least one whole OS page past its first */
+    assert_true(released >= nfree * os);
+    for (int i = 0; i < N; i++) {
+        pm_span_t *s = pm_pagemap_span((uintptr_t)o[i] >> PM_PAGE_SHIFT);
+        assert_non_null(s);
+        assert_int_equal(s->cls, cls);
+        assert_int_equal(s->trimming, 0);
+        assert_null(s->held);
+        if (i % 2) { /* live: every byte kept */
+            for (size_t k = 0; k < size; k++)
+                if (o[i][k] != 0xa5) fail_msg("live object %d lost byte %zu", i, k);
+            continue;
+        }
+        /* free: its link's page stays, the pages wholly past it go */
+        assert_true(page_resident(o[i]));
+        uintptr_t lo = ((uintptr_t)o[i] + sizeof(void *) + os - 1) & ~(os - 1);
+        uintptr_t hi = ((uintptr_t)o[i] + size) & ~(os - 1);
+        assert_true(hi > lo);
+        for (uintptr_t a = lo; a < hi; a += os)
+            if (page_resident((void *)a)) fail_msg("object %d: page %#lx still resident", i, (unsigned long)a);
+        /* back on its span's free list, the span back on the nonempty list */
+        assert_true(s->on_list);
+        uint32_t live = 0, found = 0;
+        for (int j = 0; j < N; j++)
+            if (pm_pagemap_span((uintptr_t)o[j] >> PM_PAGE_SHIFT) == s) live += j % 2;
+        for (void *f = s->freelist; f; f = pm_link_get(f)) found += f == (void *)o[i];
+        assert_int_equal(found, 1);
+        assert_int_equal(s->allocated, live);
+        assert_int_equal(freelist_len(s) + (s->capacity - s->carved), per_span - live);
+        /* the span's tail past its last object went too */
+        uintptr_t end = (s->page << PM_PAGE_SHIFT) + s->npages * PAGE;
+        uintptr_t tail = ((s->page << PM_PAGE_SHIFT) + (uintptr_t)per_span * size + os - 1) & ~(os - 1);
+        for (uintptr_t a = tail; a < end; a += os) assert_false(page_resident((void *)a));
+    }
+    assert_int_equal(c->spans, spans0 + N / per_span);
+    assert_int_equal(c->out, out0 + N - nfree);
+    assert_int_equal(c->span_free, free0 + (uint64_t)(N / per_span) * per_span - (N - nfree));
+    /* the objects are handed out again, whole: the released pages read 0 */
+    void *again = get_full(cls, nfree);
+    uint32_t zeros = 0;
+    for (uint8_t *a = again; a; a = pm_link_get(a)) {
+        for (size_t k = sizeof(void *); k < size; k++) zeros += a[k] == 0;
+        memset(a + sizeof(void *), 0x5a, size - sizeof(void *));
+    }
+    assert_true(zeros >= nfree * os / 2);
+    pm_central_put(cls, again, nfree);
+    for (int i = 1; i < N; i += 2) {
+        pm_link_set(o[i], NULL);
+        pm_central_put(cls, o[i], 1);
+    }
+    pm_central_drain(); /* every span empty: back to the page heap */
+    assert_int_equal(c->spans, spans0);
+    assert_int_equal(c->out, out0);
+    assert_int_equal(c->span_free, free0);
+}
+
+/* While one thread mallocs and frees blocks of a class, writing them and
+ * checking them, another trims it over and over: no block in use may lose
+ * a byte, and the class's books balance at the end. */
+typedef struct {
+    unsigned rounds;
+    _Atomic int done;
+    _Atomic int corrupt;
+} trim_race_t;
+
+static void *trim_race_worker(void *arg)
+{
+    trim_race_t *r = arg;
+    enum { M = 256 }; /* 2.3 MB: more than a thread cache holds */
+    uint8_t *b[M];
+    /* each round takes M blocks, most of which the last round's frees sent
+     * back through the central lists into their spans, fills them, checks
+     * them and frees them all */
+    for (unsigned round = 0; round < r->rounds; round++) {
+        for (int k = 0; k < M; k++) {
+            b[k] = pm_malloc(9216);
+            memset(b[k], (int)(round + (unsigned)k) | 1, 9216);
+        }
+        for (int k = 0; k < M; k++) {
+            for (size_t j = 0; j < 9216; j += 256)
+                if (b[k][j] != (uint8_t)((round + (unsigned)k) | 1)) atomic_store(&r->corrupt, 1);
+            pm_free(b[k]);
+        }
+    }
+    atomic_store(&r->done, 1);
+    return NULL; /* the thread's cache goes back at its exit */
+}
+
+static void test_central_release_free_race(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(9216);
+    pm_central_t *c = pm_central_of(cls);
+    pm_central_drain();
+    uint64_t spans0 = c->spans, free0 = c->span_free, out0 = c->out;
+    trim_race_t r = {.rounds = 400};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, trim_race_worker, &r), 0);
+    unsigned trims = 0;
+    while (!atomic_load(&r.done) || trims < 10) {
+        pm_central_release_free();
+        trims++;
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&r.corrupt), 0);
+    pm_central_drain();
+    assert_int_equal(c->out, out0);
+    assert_int_equal(c->spans, spans0);
+    assert_int_equal(c->span_free, free0);
+}
+
+/* A fork while another thread trims: the child, where that thread does
+ * not exist, must find every span back on its class's list with its free
+ * objects (the fork handler gives back what the trim held), so its books
+ * balance and it can allocate and free the class. */
+typedef struct {
+    _Atomic int stop;
+    _Atomic int in_trim;
+} trim_fork_t;
+
+static void *trim_fork_trimmer(void *arg)
+{
+    trim_fork_t *f = arg;
+    while (!atomic_load(&f->stop)) {
+        atomic_store(&f->in_trim, 1);
+        pm_central_release_free();
+        atomic_store(&f->in_trim, 0);
+    }
+    return NULL;
+}
+
+/* In the child: free objects on the nonempty spans == the class's count. */
+static int trim_fork_child(unsigned cls)
+{
+    pm_central_t *c = pm_central_of(cls);
+    if (c->trim_held) return 2;
+    uint64_t on_lists = 0;
+    for (pm_span_t *s = c->nonempty.next; s != &c->nonempty; s = s->next) {
+        if (s->trimming || s->held) return 3;
+        on_lists += freelist_len(s) + (s->capacity - s->carved);
+    }
+    if (on_lists != c->span_free) return 4;
+    void *p[64];
+    for (int i = 0; i < 64; i++) {
+        p[i] = pm_malloc(9216);
+        if (!p[i]) return 5;
+        memset(p[i], 1, 9216);
+    }
+    for (int i = 0; i < 64; i++) pm_free(p[i]);
+    return 0;
+}
+
+static void test_central_release_free_fork(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(9216);
+    /* many free objects in spans that stay in use: each trim takes a while */
+    enum { N = 2000 };
+    void **b = calloc(N, sizeof *b);
+    assert_non_null(b);
+    for (int i = 0; i < N; i++) {
+        b[i] = pm_malloc(9216);
+        assert_non_null(b[i]);
+        memset(b[i], 3, 9216);
+    }
+    for (int i = 0; i < N; i += 2) pm_free(b[i]);
+    pm_tcache_flush_all(&pm_tls);
+    pm_central_drain();
+    trim_fork_t f = {0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, trim_fork_trimmer, &f), 0);
+    int during = 0;
+    for (int k = 0; k < 40; k++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) _exit(trim_fork_child(cls));
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d: status %#x", k, (unsigned)st);
+        during += atomic_load(&f.in_trim);
+    }
+    atomic_store(&f.stop, 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(during > 0);
+    for (int i = 1; i < N; i += 2) pm_free(b[i]);
+    free(b);
+}
+
+/* What parks per class: up to 64 KiB for classes of up to 1 KiB, 16 KiB
+ * above; a class above 1 KiB whose batch is bigger than that parks short
+ * chains only, and what does not fit goes back to its spans. */
+int main(void)
+{
+    core_test_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pageheap_growth_floor),
+        cmocka_unit_test(test_pageheap_growth_keeps_young),
+        cmocka_unit_test(test_pageheap_release_all),
+        cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
+        cmocka_unit_test(test_pageheap_cap_paced),
+        cmocka_unit_test(test_pageheap_tick_releases),
+        cmocka_unit_test(test_pageheap_tick_bounded),
+        cmocka_unit_test(test_pageheap_cut_keeps_age),
+        cmocka_unit_test(test_pageheap_decay_unmaps),
+        cmocka_unit_test(test_central_release_free),
+        cmocka_unit_test(test_central_release_free_race),
+        cmocka_unit_test(test_central_release_free_fork),
+    };
+    return cmocka_run_group_tests_name("pagerelease", tests, NULL, NULL) ? 1 : 0;
+}
