@@ -89,6 +89,16 @@ int cli_slurp(const char *path, uint8_t **data, size_t *len, char *err, size_t e
     return 0;
 }
 
+/* Rounds to the nearest integer, clamped: values from a corrupt file may be
+ * NaN or out of range, where a plain cast is undefined (check-cli-fuzz
+ * under UBSan). */
+static uint64_t round_u64(double x)
+{
+    if (!(x > 0)) return 0;
+    if (x >= 1.8e19) return UINT64_MAX;
+    return (uint64_t)(x + 0.5);
+}
+
 /* e^x without libm: x = k ln2 + r, |r| <= ln2/2, e^r by its series. */
 double cli_exp(double x)
 {
@@ -181,7 +191,7 @@ double cli_count_behind(double objs, double bytes, uint64_t size, uint64_t rate)
     if (rate <= 1) return objs;
     double avg = size ? (double)size : bytes / objs;
     double c = objs * cli_one_minus_exp_neg(avg / (double)rate);
-    return c < 1 ? 1 : (double)(uint64_t)(c + 0.5);
+    return c < 1 ? 1 : (double)round_u64(c);
 }
 
 static void attach_maps(cli_profile_t *p)
@@ -778,8 +788,8 @@ static int parse_legacy(const char *text, size_t len, cli_profile_t *out, char *
         double io = (double)c[0], ib = (double)c[1], ao = (double)c[2], ab = (double)c[3];
         s->n[0] = io;
         s->n[1] = ao;
-        if (io) s->size = (uint64_t)(ib / io + 0.5);
-        else if (ao) s->size = (uint64_t)(ab / ao + 0.5);
+        if (io) s->size = round_u64(ib / io);
+        else if (ao) s->size = round_u64(ab / ao);
         if (scaled) {
             if (io && ib) {
                 double sc = 1 / cli_one_minus_exp_neg(ib / io / (double)rate);
@@ -903,6 +913,16 @@ static void ob_put(obuf_t *b, const void *d, size_t n)
     b->n += n;
 }
 
+/* A value read from a corrupt file may be NaN or beyond int64: clamped, as
+ * the cast of such a double is undefined (check-cli-fuzz under UBSan). */
+static int64_t round_i64(double x)
+{
+    if (x != x) return 0;
+    if (x >= 9.2e18) return INT64_MAX;
+    if (x <= -9.2e18) return INT64_MIN;
+    return (int64_t)(x + (x < 0 ? -0.5 : 0.5));
+}
+
 static void ob_varint(obuf_t *b, uint64_t v)
 {
     uint8_t t[10];
@@ -987,7 +1007,7 @@ int cli_write_pprof(FILE *f, const cli_profile_t *p, bool gz)
         for (uint32_t d = 0; d < s->depth; d++) ob_varint(&pk, s->locs[d] + 1);
         if (pk.n) ob_bytes(&sub, 1, pk.p, pk.n);
         pk.n = 0;
-        for (int v = 0; v < 4; v++) ob_varint(&pk, (uint64_t)(int64_t)(s->v[v] + (s->v[v] < 0 ? -0.5 : 0.5)));
+        for (int v = 0; v < 4; v++) ob_varint(&pk, (uint64_t)round_i64(s->v[v]));
         ob_bytes(&sub, 2, pk.p, pk.n);
         if (s->size) {
             pk.n = 0;
@@ -1086,15 +1106,15 @@ static void raw_pair(double objs, double bytes, uint64_t size, uint64_t rate, ui
     *ro = *rb = 0;
     if (objs < 0.5 || bytes < 0.5) return;
     if (rate <= 1) {
-        *ro = (uint64_t)(objs + 0.5);
-        *rb = (uint64_t)(bytes + 0.5);
+        *ro = round_u64(objs);
+        *rb = round_u64(bytes);
         return;
     }
     double avg = size ? (double)size : bytes / objs;
-    double c = objs * cli_one_minus_exp_neg(avg / (double)rate) + 0.5;
-    uint64_t n = c < 1 ? 1 : (uint64_t)c;
+    double c = objs * cli_one_minus_exp_neg(avg / (double)rate);
+    uint64_t n = c < 1 ? 1 : round_u64(c);
     *ro = n;
-    *rb = (uint64_t)((double)n * avg + 0.5);
+    *rb = round_u64((double)n * avg);
 }
 
 int cli_write_legacy(FILE *f, const cli_profile_t *p)
