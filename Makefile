@@ -42,8 +42,8 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # family, bottom up (doc/design.md, "The ladder"); override.c (the libc
 # names) last.
 CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
-	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/alloc.c src/large.c \
-	src/stats.c src/init.c \
+	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/guard.c src/alloc.c \
+	src/large.c src/stats.c src/init.c \
 	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
 	src/prof_sites.c src/prof_encode.c src/prof_symbols.c src/prof_pprof.c src/prof_dump.c \
 	src/prof_unwind_go.c src/prof_http.c
@@ -75,8 +75,12 @@ all: $(PM_SO) $(PM_A)
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
-	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o
+	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o $(OBJ)/guard.o
 $(COLD_OBJS): PM_CFLAGS += -Os
+# The fast paths' two stores into a freed block (its link and the free key)
+# stay two moves: gcc 12's SLP pass made them four vector instructions.
+PM_NOSLP := $(shell $(CC) -Werror -fno-tree-slp-vectorize -E -x c /dev/null >/dev/null 2>&1 && echo -fno-tree-slp-vectorize)
+$(OBJ)/override.o $(OBJ)/alloc.o: PM_CFLAGS += $(PM_NOSLP)
 
 $(OBJ)/%.o: src/%.c
 	@mkdir -p $(@D)

@@ -17,8 +17,6 @@ PM_COLD static void invalid_pointer(const char *what, const void *p)
     pm_os_fatal(what, p, 1);
 }
 
-PM_COLD static void invalid_free(const void *p) { invalid_pointer("free(): invalid pointer", p); }
-
 static void *enomem(void)
 {
     errno = ENOMEM;
@@ -40,6 +38,13 @@ uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
     return weight != PM_SAMPLE_TICK && t->state != PM_THREAD_EMPTY ? weight : 0;
 }
 
+/* ---- when the OS refuses memory --------------------------------------- */
+
+/* An allocation of `bytes` failed for want of memory: the allocator gives
+ * back what it holds (pm_tcache_give_back) and says whether a retry may
+ * succeed.  test_harden: test_recovery_after_aligned_fill. */
+static int reclaim(size_t bytes) { return pm_tcache_give_back(bytes); }
+
 /* ---- small blocks ---------------------------------------------------- */
 
 static void *alloc_small(pm_tcache_t *t, unsigned cls)
@@ -49,7 +54,7 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         pm_tlist_t *l = &t->list[cls];
         p = l->head;
         if (p) {
-            l->head = *(void **)p;
+            l->head = pm_link_next(p, 0);
             l->len--;
         } else {
             p = pm_tcache_refill(t, cls);
@@ -61,17 +66,28 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
     }
-    if (!p) return enomem();
+    if (!p) {
+        /* once more after giving back what is held */
+        if (!reclaim(pm_class_size[cls])) return enomem();
+        uint32_t got;
+        p = pm_central_get(cls, 1, &got);
+        if (!p) return enomem();
+    }
+    pm_key_clear(p);
     return p;
 }
 
+/* The calling thread's cache, set up at its first slow path; a NEW
+ * thread starts caching after PM_THREAD_NEW_OPS operations (tcache.c). */
 pm_tcache_t *pm_alloc_thread_cache(void)
 {
     pm_tcache_t *t = &pm_tls;
-    if (PM_UNLIKELY(t->state == PM_THREAD_EMPTY)) {
+    if (PM_LIKELY(t->state == PM_THREAD_ACTIVE)) return t;
+    if (t->state == PM_THREAD_EMPTY) {
         pm_init();
-        pm_tcache_thread_start(t);
+        pm_tcache_thread_begin(t);
     }
+    if (t->state == PM_THREAD_NEW && ++t->new_ops > PM_THREAD_NEW_OPS) pm_tcache_thread_start(t);
     return t;
 }
 
@@ -132,34 +148,32 @@ void pm_free_slow(void *p)
 {
     if (!p) return;
     pm_span_t *s = owner(p);
+    /* its key: free already, in some list (pm_internal.h) */
+    if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
     if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
     if (s->cls == 0) {
         pm_large_free(s, 0);
         return;
     }
     unsigned cls = s->cls;
-    pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_EMPTY) {
-        pm_init();
-        pm_tcache_thread_start(t);
-    }
-    if (t->state == PM_THREAD_DEAD) {
-        *(void **)p = NULL;
+    pm_tcache_t *t = pm_alloc_thread_cache();
+    if (t->state != PM_THREAD_ACTIVE) { /* NEW or DEAD: uncached */
+        pm_link_set(p, NULL);
+        pm_key_set(p);
         pm_central_put(cls, p, 1);
         return;
     }
     pm_tlist_t *l = &t->list[cls];
-    if (PM_UNLIKELY(p == l->head)) invalid_free(p); /* freed twice (pm_internal.h) */
-    if (pm_config_debug) { /* anywhere in the list: freed twice */
+    if (pm_config_debug) { /* every link of the list checked */
         uint32_t seen = 0;
-        for (void **q = l->head; q; q = *q) {
-            if (q == p) pm_os_fatal("free(): double free", p, 1);
+        for (void *q = l->head; q; q = pm_link_next(q, 1)) {
             /* each link checked before it is followed, the walk bounded by
              * the list's length: a write after free may have made a cycle */
             if (++seen > l->len || !pm_is_carved_object(q, cls)) pm_bad_link(1, q);
         }
     }
-    *(void **)p = l->head;
+    pm_link_set(p, l->head);
+    pm_key_set(p);
     l->head = p;
     l->len++;
     if (l->len > l->max_len) pm_tcache_overflow(t, cls);
@@ -203,6 +217,7 @@ void *pm_realloc(void *p, size_t size)
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
     pm_span_t *s = owner_for(p, "realloc(): invalid pointer");
+    if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("realloc()", p);
     size_t old = span_usable(s);
     /* Keep the block when the new size fits and wastes at most half.  The
      * heap profile goes on showing the size the block was sampled at (its

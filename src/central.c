@@ -7,8 +7,8 @@
  * the next.  So a batch moves
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
- * walked back into their spans and carved out again (bench/threadchurn:
- * 39 M -> 28 M instructions).  What the slots cannot hold goes back into
+ * walked back into their spans and carved out again (bench/threadchurn,
+ * bench/prodcons).  What the slots cannot hold goes back into
  * its span, found through the page map; a span whose objects have all come
  * back returns to the page heap, except that a class above 1 KiB keeps
  * up to PM_KEEP_BYTES of such empty spans on its list (see kept_max) until
@@ -19,9 +19,8 @@
 #include "pm_internal.h"
 
 /* The classes' structs, in the order of their first use: a program uses
- * a few of the ~100 classes, and by class index their 512-byte structs
- * were spread over 11 of the array's 13 pages (churn, 16-256 B: 44 KB
- * resident); packed, the used ones share 2-3 pages.  slot_of[cls] is 1 +
+ * a few of the ~100 classes, and packed this way the used structs share a
+ * few pages instead of touching most of the array.  slot_of[cls] is 1 +
  * the struct's index, 0 until the class is first used; assigned under
  * assign_lock, which the fork handler takes before the structs. */
 PM_SPARSE_BSS static pm_central_t centrals[PM_CLASS_MAX];
@@ -56,9 +55,9 @@ pm_central_t *pm_central_of(unsigned cls)
  * up to 1 KiB parks up to 64 KiB: several batches, which is what lets
  * batches move between threads in O(1) (bench/prodcons, larson).  A
  * larger class parks up to 16 KiB, so its batches (up to 64 KiB, and one
- * always parked) go back to their spans: with 64 KiB for every class,
- * `git log -p` peaked at 7.8 MB (glibc 5.3 MB), a few objects parked in
- * each of ~60 classes above 1 KiB; with 16 KiB, 6.7 MB. */
+ * always parked) go back to their spans: a program touching many medium
+ * classes would otherwise hold a few parked objects in each
+ * (test_central_partial_slots; bench-real's git log). */
 #define PM_PARK_SMALL ((size_t)64 * 1024)
 #define PM_PARK_LARGE ((size_t)16 * 1024)
 #define PM_PARK_SMALL_MAX 1024 /* largest class with PM_PARK_SMALL */
@@ -168,20 +167,20 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             uint32_t top = c->nslots - 1, have = c->slot_n[top];
             uint32_t take = have < n - k ? have : n - k;
             void *part = c->slots[top];
-            void **last = part; /* part's take-th object, if needed */
+            void *last = part; /* part's take-th object, if needed */
             if (take < have || chain)
                 for (uint32_t i = 1; i < take; i++) {
-                    if (pm_config_debug && !pm_is_carved_object(*last, cls)) pm_bad_link(0, *last);
-                    last = *last;
+                    last = pm_link_next(last, 0);
+                    if (pm_config_debug && !pm_is_carved_object(last, cls)) pm_bad_link(0, last);
                 }
             if (take < have) {
-                c->slots[top] = *last;
+                c->slots[top] = pm_link_next(last, 0);
                 c->slot_n[top] = (uint8_t)(have - take);
-                *last = NULL;
+                pm_link_set(last, NULL);
             } else {
                 c->nslots = top;
             }
-            if (chain) *last = chain;
+            if (chain) pm_link_set(last, chain);
             chain = part;
             k += take;
         }
@@ -196,11 +195,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         if (s == &c->nonempty) {
             /* Short rather than a fresh span when the class's old spans
              * gave something: the thread comes back when it has used these,
-             * and by then frees may have refilled the old spans.  Carving a
-             * span to round such a refill up to a batch left one span too
-             * many in a third of churn's classes (bench/threadchurn peak
-             * RSS -4 %).  Once this get has opened a fresh span (the class
-             * is growing), it may open more. */
+             * and by then frees may have refilled the old spans, so no span
+             * is carved just to round a refill up (bench/threadchurn's peak
+             * RSS).  Once this get has opened a fresh span (the class is
+             * growing), it may open more. */
             if (k && !fresh) break;
             fresh = 1;
             pm_unlock(&c->lock);
@@ -217,8 +215,8 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
-            s->freelist = *(void **)o;
-            *(void **)o = chain;
+            s->freelist = pm_link_next(o, 0);
+            pm_link_set(o, chain);
             chain = o;
             k++;
         }
@@ -227,7 +225,8 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             void *o = (char *)span_base(s) + (size_t)s->carved * size;
             /* read without the lock by the owner check (pm_span_cut_object) */
             __atomic_store_n(&s->carved, s->carved + 1, __ATOMIC_RELAXED);
-            *(void **)o = chain;
+            pm_link_set(o, chain);
+            pm_key_set(o); /* free, as far as free can tell, until handed out */
             chain = o;
             k++;
         }
@@ -263,20 +262,21 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
     while (chain) {
         void *o = chain;
         if (pm_config_debug && !pm_is_carved_object(o, cls)) pm_bad_link(1, o);
-        chain = *(void **)o;
+        chain = pm_link_next(o, 1);
         pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
+        /* every object of the span home already: o was freed twice */
+        if (PM_UNLIKELY(s->allocated == 0)) pm_guard_double_free("free()", o);
         /* a block already home in its span: freed twice (the debug build
          * walks the span's free objects, each link checked first and the
          * walk bounded by the span's capacity: a cycle is corruption too) */
         if (pm_config_debug) {
-            if (s->allocated == 0) pm_os_fatal("free(): double free", o, 1);
             uint32_t seen = 0;
-            for (void **q = s->freelist; q; q = *q) {
-                if (q == o) pm_os_fatal("free(): double free", o, 1);
+            for (void *q = s->freelist; q; q = pm_link_next(q, 1)) {
+                if (q == o) pm_guard_double_free("free()", o);
                 if (++seen > s->capacity || !cut_from(s, q)) pm_bad_link(1, q);
             }
         }
-        *(void **)o = s->freelist;
+        pm_link_set(o, s->freelist);
         s->freelist = o;
         if (--s->allocated == 0) {
             if (s->on_list) unlink_span(s);
@@ -306,10 +306,10 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
 {
     pm_central_t *c = pm_central_of(cls);
     uint32_t batch = pm_class_batch[cls];
-    void **last = NULL;
+    void *last = NULL;
     if (n < batch) { /* found before locking: a short chain may join the newest slot */
         last = chain;
-        for (uint32_t i = 1; i < n; i++) last = *last;
+        for (uint32_t i = 1; i < n; i++) last = pm_link_next(last, 1);
     }
     lock_central(c, cls);
     c->busy = 1;
@@ -320,7 +320,7 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     int fits = n <= batch && c->parked + n <= c->park_max;
     uint32_t top = c->nslots - 1;
     if (fits && last && c->nslots && c->slot_n[top] + n <= batch) {
-        *last = c->slots[top]; /* joins the newest slot */
+        pm_link_set(last, c->slots[top]); /* joins the newest slot */
         c->slots[top] = chain;
         c->slot_n[top] = (uint8_t)(c->slot_n[top] + n);
     } else if (fits && c->nslots < c->max_slots) {
@@ -414,10 +414,12 @@ static void give_back_locked(pm_central_t *c, pm_span_t **empty)
     while (c->trim_held) {
         pm_span_t *s = c->trim_held;
         c->trim_held = s->next;
-        if (s->held) {
-            void **last = &s->freelist;
-            while (*last) last = (void **)*last;
-            *last = s->held;
+        if (s->held && !s->freelist) {
+            s->freelist = s->held;
+        } else if (s->held) {
+            void *last = s->freelist;
+            for (void *next; (next = pm_link_next(last, 1)) != NULL;) last = next;
+            pm_link_set(last, s->held);
         }
         s->held = NULL;
         __atomic_store_n(&s->carved, s->held_carved, __ATOMIC_RELAXED);
@@ -480,12 +482,13 @@ uint64_t pm_central_release_free(void)
         for (pm_span_t *s = held; s; s = s->next) {
             char *base = span_base(s);
             char *carved_end = base + (size_t)s->held_carved * size;
-            for (char *o = s->held; o; o = *(void **)o) {
+            for (char *o = s->held; o; o = pm_link_get(o)) {
                 /* a link a stray write changed: stop here rather than
                  * release someone else's pages (the allocation that
                  * reaches it reports it) */
                 if (o < base || o >= carved_end || (size_t)(o - base) % size) break;
-                released += release_inside((uintptr_t)o + sizeof(void *), (uintptr_t)o + size, page - 1);
+                /* past the link and the free key */
+                released += release_inside((uintptr_t)o + 2 * sizeof(void *), (uintptr_t)o + size, page - 1);
             }
             released += release_inside((uintptr_t)carved_end,
                                        (uintptr_t)(base + (s->npages << PM_PAGE_SHIFT)), page - 1);

@@ -120,7 +120,8 @@ int pm_fmt_parse_size(const char *s, uint64_t *out)
     case 't': case 'T': shift = 40; s++; break;
     default: break;
     }
-    if (shift && (*s == 'i' || *s == 'I')) s++;
+    /* "iB" whole: "4Ki" is malformed (test_fmt_parse_size, fuzz_options) */
+    if (shift && (*s == 'i' || *s == 'I') && (s[1] == 'b' || s[1] == 'B')) s++;
     if (*s == 'b' || *s == 'B') s++;
     if (*s) return -1;
     if (shift && v > (UINT64_MAX >> shift)) return -1;

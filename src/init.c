@@ -46,6 +46,7 @@ void pm_init_slow(void)
 {
     int expected = 0;
     if (atomic_compare_exchange_strong(&pm_init_state, &expected, 1)) {
+        pm_guard_init(); /* before any block exists */
         pm_options_load();
         pm_sampler_set_rate(pm_options.sample_rate);
         pm_sizeclass_init();

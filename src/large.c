@@ -42,7 +42,13 @@ void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
 {
     size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
-    pm_span_t *s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc(n);
+    pm_span_t *s = NULL;
+    /* refused: once more after the allocator gave back what it holds
+     * (test_harden: test_recovery_after_aligned_fill) */
+    for (int tries = 0; !s && tries < 2; tries++) {
+        s = align_pages > 1 ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc(n);
+        if (!s && (tries || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2 || !pm_tcache_give_back(n << PM_PAGE_SHIFT))) break;
+    }
     if (!s) {
         errno = ENOMEM;
         return NULL;

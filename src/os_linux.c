@@ -29,6 +29,33 @@
 
 extern char **environ;
 
+/* ---- fault injection (tests) ------------------------------------------
+ * A fake OS for the unit tests (test/unit/test_fault.c): each kind of
+ * memory call fails, as the kernel's would, with the chance set here.
+ * Off (0), it costs each call one load. */
+static _Atomic uint32_t fault_rate[PM_OS_FAULT_KINDS];
+static _Atomic uint64_t fault_seq;
+static _Atomic uint64_t fault_count;
+
+void pm_os_fault_set(unsigned kind, uint32_t per_1024)
+{
+    if (kind < PM_OS_FAULT_KINDS) atomic_store(&fault_rate[kind], per_1024);
+}
+
+uint64_t pm_os_fault_count(void) { return atomic_load(&fault_count); }
+
+static int faulted(unsigned kind)
+{
+    uint32_t rate = atomic_load_explicit(&fault_rate[kind], memory_order_relaxed);
+    if (__builtin_expect(rate == 0, 1)) return 0;
+    uint64_t z = atomic_fetch_add_explicit(&fault_seq, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    if (((z ^ (z >> 31)) & 1023) >= rate) return 0;
+    atomic_fetch_add_explicit(&fault_count, 1, memory_order_relaxed);
+    return 1;
+}
+
 /* errno is kept on every path: a malloc that succeeds after a failed
  * mmap (a refill that got part of a batch) must not leave ENOMEM behind,
  * and every failure sets ENOMEM itself (alloc.c). */
@@ -39,7 +66,7 @@ void *pm_os_map(size_t size, size_t align)
     if (size > SIZE_MAX - os_page) return NULL;
     size = (size + os_page - 1) & ~(os_page - 1);
     size_t want = size + (align - os_page);
-    if (want < size) return NULL;
+    if (want < size || faulted(PM_OS_FAULT_MAP)) return NULL;
     int saved = errno;
     /* no MAP_NORESERVE: the kernel's overcommit check must be able to say
      * no, so that an impossible malloc fails with ENOMEM as in glibc */
@@ -57,8 +84,21 @@ void *pm_os_map(size_t size, size_t align)
     return (void *)aligned;
 }
 
+static int (*_Atomic give_back)(size_t);
+
+void pm_os_set_give_back(int (*fn)(size_t size)) { atomic_store(&give_back, fn); }
+
+void *pm_os_map_scratch(size_t size)
+{
+    void *p = pm_os_map(size, 0);
+    int (*fn)(size_t) = atomic_load(&give_back);
+    if (!p && fn && fn(size)) p = pm_os_map(size, 0);
+    return p;
+}
+
 int pm_os_unmap(void *addr, size_t size)
 {
+    if (size && faulted(PM_OS_FAULT_UNMAP)) return -1;
     int saved = errno;
     int rc = size ? munmap(addr, size) : 0;
     errno = saved;
@@ -67,6 +107,7 @@ int pm_os_unmap(void *addr, size_t size)
 
 void *pm_os_reserve(size_t size)
 {
+    if (faulted(PM_OS_FAULT_MAP)) return NULL;
     int saved = errno;
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     errno = saved;
@@ -75,6 +116,7 @@ void *pm_os_reserve(size_t size)
 
 int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
 {
+    if (faulted(PM_OS_FAULT_MAP)) return -1;
     int saved = errno;
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
     errno = saved;
@@ -110,6 +152,7 @@ int pm_os_mapped(void *addr)
 
 void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size)
 {
+    if (faulted(PM_OS_FAULT_MAP)) return NULL;
     int saved = errno;
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
     errno = saved;
@@ -130,7 +173,7 @@ int pm_os_release(void *addr, size_t size)
     uintptr_t lo = (a + mask) & ~mask, hi = (a + size) & ~mask;
     int rc = 0;
     if (hi > lo) {
-        if (atomic_load_explicit(&madvise_keeps, memory_order_relaxed)) return -1;
+        if (atomic_load_explicit(&madvise_keeps, memory_order_relaxed) || faulted(PM_OS_FAULT_RELEASE)) return -1;
         /* the first page made resident, then asked whether it still is:
          * a real release leaves it out (mincore, not a read, which would
          * map the zero page there) */
@@ -326,6 +369,31 @@ static uint64_t clock_ns(clockid_t id)
 
 uint64_t pm_os_now_ns(void) { return clock_ns(CLOCK_REALTIME); }
 uint64_t pm_os_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+void pm_os_random(void *buf, size_t len)
+{
+    int saved = errno;
+    size_t got = 0;
+    while (got < len) {
+        long n = syscall(SYS_getrandom, (char *)buf + got, len - got, 0x1 /* GRND_NONBLOCK */);
+        if (n > 0) got += (size_t)n;
+        else if (n < 0 && errno == EINTR) continue;
+        else break;
+    }
+    if (got < len) {
+        /* splitmix64 over what differs between processes and runs */
+        uint64_t x = clock_ns(CLOCK_MONOTONIC) ^ (clock_ns(CLOCK_REALTIME) << 17) ^ (uint64_t)(uintptr_t)&saved ^
+                     ((uint64_t)syscall(SYS_getpid) << 32);
+        for (size_t i = got; i < len; i++) {
+            x += 0x9e3779b97f4a7c15ull;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            ((unsigned char *)buf)[i] ^= (unsigned char)(z ^ (z >> 31));
+        }
+    }
+    errno = saved;
+}
 
 void pm_os_futex_wait(_Atomic int *word, int expected)
 {

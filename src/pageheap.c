@@ -157,11 +157,10 @@ static pm_age_t age_of(const pm_span_t *s)
 /* s, just put on its list, is what is left of a span `cut` pages were
  * taken from (a: that span's age, taken before it left the lists).  A
  * rest at least 8 times the cut keeps the run's age: a trickle of small
- * spans cut from a big run restarted its age at every cut and kept all of
- * it from ever being a second old (a review: 800 MB resident for good).
- * A shorter rest is young again: a run mostly taken is memory in use, and
- * keeping its age made bench/large fault 15 % more pages (30 k against
- * 26 k) and run 28 % longer. */
+ * spans cut from a big run would otherwise keep all of it from ever being
+ * a second old, resident for good (test_pageheap_cut_keeps_age).  A
+ * shorter rest is young again: a run mostly taken is memory in use, and
+ * aging it made bench/large fault in more pages. */
 static int age_restore(pm_span_t *s, pm_age_t a, size_t cut)
 {
     if (s->npages < 8 * (uint64_t)cut) return 0;
@@ -333,10 +332,9 @@ static pm_span_t *best_fit_locked(size_t n)
             }
         }
         /* the long list, unless none of it is long enough: a bound kept
-         * on insert and made exact by every walk (a review: 66 000 live
-         * blocks on 4 MiB, each with a rest of 4 MiB less the block, and
-         * every new one walked all the rests for n + align - 1 pages that
-         * none had; 14.5 s where glibc took 1.4) */
+         * on insert and made exact by every walk, so many long rests that
+         * are all too short are not walked by every request
+         * (test_api: test_big_alignment_mappings_merge's 2 000 rests) */
         if (n > ph.long_max[kind]) continue;
         pm_span_t *best = NULL;
         size_t longest = 0;
@@ -437,25 +435,20 @@ static size_t grow_need(size_t n, size_t align)
  * start of the new memory go to the caller in *take under the same lock
  * (when spares allow; else *take stays NULL and the caller looks again).
  * Mapping the aligned range itself rather than n + align - 1 pages and
- * cutting the block out: the unused lead and trail were pieces under
- * 1 MiB that nothing but a block of their size could reuse, and a
- * program allocating blocks of random size and alignment grew its
- * address space without bound (a review: 2.2 GB and 2 800 mappings
- * after 50 000 replacements among 512 blocks; glibc 74 MB). */
+ * cutting the block out: the unused lead and trail were pieces that only
+ * a block of their size could reuse, so address space grew without bound
+ * (test_api: test_random_aligned_address_space). */
 static int grow(size_t n, size_t align, pm_span_t **take)
 {
     size_t pages = n > GROW_PAGES ? n : GROW_PAGES;
     if (pages > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4) return -1;
     /* a multiple of the alignment: the next such mapping, placed right
-     * below, then touches this one and the kernel merges them.  Cut to n
-     * or 2 MiB, 4 MiB-aligned blocks of 16 KiB were a mapping each (a
-     * review: 65 531 mappings for 66 000 live blocks, and the program's
-     * next pthread_create failed; glibc 24).  That maps twice the
+     * below, then touches this one and the kernel merges them, so aligned
+     * blocks do not become a mapping each and reach vm.max_map_count
+     * (test_api: test_big_alignment_mappings_merge).  That maps twice the
      * alignment for a moment (pm_os_map's slack): where it does not fit
-     * (RLIMIT_AS, strict overcommit), 2 MiB, then the block's
-     * own pages (a review: aligned_alloc(64 MiB, 1 MiB) with 100 MiB left
-     * and aligned_alloc(16 MiB, 16 KiB) with 17 MiB left failed; glibc
-     * maps about the alignment) */
+     * (RLIMIT_AS, strict overcommit), 2 MiB, then the block's own pages
+     * (test_api: test_big_alignment_at_limit) */
     size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
     void *mem = NULL;
     for (int i = 0; i < 3 && !mem; i++)
@@ -530,9 +523,8 @@ static int long_free_at(uintptr_t page, int before)
 
 /* Pages a give-back would unmap: free runs that can be unmapped, of
  * either kind, and the short released runs next to long resident ones,
- * which go with them.  Those were not counted: after rounds of 400 MB of
- * big blocks kept resident, a malloc(520 MB) under RLIMIT_AS that glibc
- * served was refused as hopeless. */
+ * which go with them: not counting them refused as hopeless a request
+ * that giving them back would serve (test_api: test_freed_address_space_serves_malloc). */
 static uint64_t long_free_pages_locked(void)
 {
     uint64_t pages = 0;
@@ -553,24 +545,23 @@ static int give_back_address_space(size_t n, size_t need)
     size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
-    /* short of address space, a mapping split is better than ENOMEM (a
-     * review: past the bound, a malloc(250 MiB) under RLIMIT_AS failed
-     * beside a free 200 MiB run that glibc gave back) */
+    /* short of address space, a mapping split is better than ENOMEM
+     * (test_pageheap_bound_yields_to_rlimit) */
     int short_of_space = room >> PM_PAGE_SHIFT < need;
     ph.short_of_space += short_of_space;
     uint64_t long_free = long_free_pages_locked();
     int skip;
     if (short_of_space) {
         /* RLIMIT_AS refused the growth: the long runs help exactly when
-         * they make up the difference (a review's malloc(400 MiB) right
-         * after a 200 MiB buffer was freed failed within the pause below) */
+         * they make up the difference, pause or not
+         * (test_api: test_freed_address_space_returns) */
         skip = (room >> PM_PAGE_SHIFT) + long_free < need;
     } else {
         /* Something else refused (map count, commit charge).  The pause
          * holds only for requests at least as large as one that failed and
-         * that the long free runs could not hold by themselves: a program
-         * that freed its caches after an ENOMEM and retried a smaller
-         * request within the second got NULL where glibc succeeded. */
+         * that the long free runs could not hold by themselves, so a
+         * program that frees its caches after an ENOMEM and retries a
+         * smaller request succeeds (test_api: test_retry_after_enomem). */
         skip = now < ph.give_back_ns && n >= ph.give_back_fail_pages && long_free < n;
     }
     if (skip) {
@@ -638,13 +629,13 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     if (align <= 1) return pm_pageheap_alloc(n);
     if (n > (SIZE_MAX >> PM_PAGE_SHIFT) / 4 || align > (SIZE_MAX >> PM_PAGE_SHIFT) / 4)
         return NULL;
-    /* First a free run that already holds an aligned range.  Without this
-     * a loop of aligned_alloc(1 MiB, 2 MB) and free mapped 1 MiB more on
-     * every round: the freed block (FREE) and the unused lead and trail
-     * of its run (RETURNED) never merge, so no run was ever n + align - 1
-     * long again (20 000 rounds: 19.7 GB of address space).  Then any run
-     * of n + align - 1 pages, which holds one wherever it starts; then
-     * fresh memory mapped on the alignment (see grow()). */
+    /* First a free run that already holds an aligned range: the freed
+     * block (FREE) and the unused lead and trail of its run (RETURNED)
+     * never merge, so no run is n + align - 1 long again and a loop of
+     * aligned allocations would map more on every round
+     * (test_api: test_aligned_loop_address_space).  Then any run of
+     * n + align - 1 pages, which holds one wherever it starts; then fresh
+     * memory mapped on the alignment (see grow()). */
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
@@ -830,9 +821,7 @@ static void unmap_slack(char *r, uintptr_t lo, uintptr_t hi, uintptr_t end)
  * it spans mappings).  Only when anywhere is set may the kernel choose
  * the place (move_anywhere) where none can be reserved: for the exact
  * size, not a reserve, which would take the address space that an
- * allocation after it needs (a review: under a limit 260 MiB above,
- * 100 -> 150 MiB took 200 MiB, then malloc(100 MiB) failed; glibc's
- * mremap grows to the size asked). */
+ * allocation after it needs (test_api: test_realloc_at_limit_leaves_room). */
 int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
 {
     size_t os_page = pm_os_page_size();
@@ -845,8 +834,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
      * next to a block moved before) is refused by the kernel: asked
      * first, as a kernel before about 6.15 unmaps the destination before
      * refusing, and our reservation's addresses could then go to another
-     * thread's mmap before we unmapped them (a review: 638 of 3 081
-     * moves were refused so) */
+     * thread's mmap before we unmapped them (test_os_one_mapping) */
     if (!pm_os_one_mapping(addr_of(s->page), s->npages << PM_PAGE_SHIFT)) return 0;
     char *r = pm_os_reserve(bytes + slack);
     if (!r) return anywhere ? move_anywhere(s, n) : 0;
@@ -868,8 +856,7 @@ int pm_pageheap_move(pm_span_t *s, size_t n, int anywhere)
         }
         /* refused for the address space (6.18 counts the reservation
          * against RLIMIT_AS): where only the growth fits, the kernel's
-         * place (a review: 6 -> 7.8 MiB under a limit 8.5 MiB above was
-         * copied, and the next growth failed; glibc grows both) */
+         * place (test_api: test_realloc_grows_at_address_limit) */
         return anywhere ? move_anywhere(s, n) : 0;
     }
     unmap_slack(r, to, to + bytes, end);
@@ -929,8 +916,7 @@ static void heap_loses(uintptr_t page, size_t npages) { ph.extents += neighbours
  * it up and take a neighbour's bytes) that is UNMAP_PAGES or longer, or
  * that has no neighbour in the heap on either side: an island left
  * between two holes, which no longer merges with anything and, under
- * 1 MiB, was otherwise never unmapped (a review: blocks of random size
- * and alignment left 1 250 of them, 646 MB, after 100 000 replacements).
+ * 1 MiB, would otherwise never be unmapped (test_pageheap_unmaps_islands).
  * Unmapping an island splits no mapping: it is one, or its neighbours
  * are the program's. */
 static int can_unmap(uintptr_t page, size_t npages)
@@ -942,10 +928,8 @@ static int can_unmap(uintptr_t page, size_t npages)
     if (npages < UNMAP_PAGES) return 0;
     /* a hole between two runs of the heap splits a mapping: past
      * max_extents such runs are only madvised, as glibc keeps the unused
-     * rest of its mapped chunks (a review: 66 000 blocks of 16 KiB on
-     * 4 MiB, each mapped with the rest of its 4 MiB, then 3 000 of them
-     * replaced: the rests were unmapped, every block became a mapping of
-     * its own, and pthread_create failed at vm.max_map_count) */
+     * rest of its mapped chunks, so aligned blocks cannot reach
+     * vm.max_map_count (test_pageheap_holes_bounded) */
     return !(before && after) || ph.extents < ph.max_extents || ph.short_of_space;
 }
 
@@ -981,10 +965,9 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
         /* malloc_trim and a failed growth: released neighbours go with it.
          * Left beside the hole, such a piece (the rest of a released run a
          * block was cut from) could merge with nothing again and, under
-         * 1 MiB, was never unmapped: a review's loop with malloc_trim kept
-         * 10 MB more address space per second.  Not on the policy's own
-         * releases: there it cost bench/large 2.8x the page faults (the
-         * released runs are what the next large blocks are cut from). */
+         * 1 MiB, would never be unmapped (test_pageheap_unmaps_long_runs).
+         * Not on the policy's own releases: the released runs are what the
+         * next large blocks are cut from (bench/large's page faults). */
         pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
         if (prev && prev->state == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
             list_remove(prev);
@@ -1122,8 +1105,8 @@ static void free_span(pm_span_t *s, int released)
         releasing_link_locked(s);
         pm_unlock(&ph.lock);
         /* madvised, not unmapped, whatever its length: the growing program
-         * soon wants pages again, and a hole here made bench/grow fault
-         * 14 % more pages (malloc_trim unmaps it) */
+         * soon wants pages again (bench/grow's page faults; malloc_trim
+         * unmaps it) */
         fate = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0 ? OS_RELEASED : OS_KEPT;
     }
     pm_lock(&ph.lock);

@@ -26,6 +26,13 @@ static const bool pm_config_debug = true;
 #else
 static const bool pm_config_debug = false;
 #endif
+/* The hardened build (PM_CONFIG_HARDENED, and the debug build): free-list
+ * links safe-linked and checked at every pop (pm_internal.h, guard.c). */
+#if defined(PM_CONFIG_HARDENED) || defined(PM_CONFIG_DEBUG)
+static const bool pm_config_hardened = true;
+#else
+static const bool pm_config_hardened = false;
+#endif
 
 /* ---- attributes ------------------------------------------------------- */
 #define PM_LIKELY(x) __builtin_expect(!!(x), 1)

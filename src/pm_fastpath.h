@@ -3,14 +3,14 @@
  * that include it, so no file below alloc.c can call up into them.  They
  * take no lock and call nothing but their slow twins in alloc.c.
  * Their cost per malloc+free pair is measured by bench/count-instructions.sh
- * (doc/performance.md gives today's figure); no change may raise it.
+ * (doc/performance.md gives today's figure, doc/hardening.md what the free
+ * key added to it); no other change may raise it.
  *
- * A block in a thread cache's list holds the next block in its first word.
- * free compares the block with its list's head, so a block freed twice in
- * a row, or again after frees of other classes only, aborts in
- * pm_free_slow (test_api.c: test_double_free_small_other_classes_between).
- * Nothing else of the block is touched: a per-process key in its second
- * word, as glibc's tcache keeps, costs two stores and a load per pair. */
+ * A block in a thread cache's list holds the next block in its first word
+ * (encoded in the hardened build) and the free key in its second
+ * (pm_internal.h, guard.c): free sends a block whose key is set to
+ * pm_free_slow, which aborts, however the block was freed before
+ * (test_harden: test_double_free_same_class); malloc erases the key. */
 #ifndef PM_FASTPATH_H
 #define PM_FASTPATH_H
 
@@ -27,9 +27,10 @@ PM_INLINE void *pm_malloc_inline(size_t size)
     /* charged first, in one read-modify-write: the slow path knows */
     int lasts = pm_sampler_charge(&t->sampler, size);
     if (PM_LIKELY(p != NULL && lasts)) {
-        void *next = *(void **)p;
+        void *next = pm_link_next(p, 0);
         l->head = next;
         l->len--;
+        pm_key_clear(p);
         /* The next block's line may sit in another core's cache (a refill
          * from another thread's frees): its miss then overlaps the caller's
          * work instead of the next malloc's (bench/prodcons). */
@@ -58,9 +59,10 @@ PM_INLINE void pm_free_inline(void *p)
         if (PM_LIKELY(offset * magic < magic)) {
             unsigned cls = info & 0xff;
             pm_tlist_t *l = &pm_tls.list[cls];
-            void *head = l->head;
-            if (PM_LIKELY(l->len < l->max_len && p != head)) {
-                *(void **)p = head;
+            uintptr_t key = pm_guard.key; /* loaded once: the stores below may alias it */
+            if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != key)) {
+                pm_link_set(p, l->head);
+                ((uintptr_t *)p)[1] = key; /* pm_key_set */
                 l->head = p;
                 l->len++;
                 return;

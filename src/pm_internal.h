@@ -20,6 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Everything declared below is internal to the library: hidden, the fast
+ * paths reach its tables directly (%rip-relative), not through the GOT. */
+#pragma GCC visibility push(hidden)
+
 /* ---- fmt.c: pm_fmt.h ------------------------------------------------ */
 
 /* ---- options.c ------------------------------------------------------- */
@@ -199,11 +203,22 @@ void pm_central_unlock_all(int child);
 /* ---- tcache.c: per-thread caches ------------------------------------- */
 extern PM_TLS pm_tcache_t pm_tls;
 void pm_tcache_init(void);                 /* global part, at process init */
-void pm_tcache_thread_start(pm_tcache_t *t);
+void pm_tcache_thread_begin(pm_tcache_t *t);  /* EMPTY -> NEW */
+void pm_tcache_thread_start(pm_tcache_t *t);  /* -> ACTIVE: registered, caching */
 void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
+/* Asks every other thread to flush its cache at its next slow path (the
+ * OS refused memory: alloc.c reclaim). */
+void pm_tcache_flush_others(void);
+/* The OS refused `bytes`: gives back what the allocator holds (the calling
+ * thread's cache, the others' at their next slow path, the transfer slots,
+ * every free page, released runs unmapped) and says whether trying again
+ * may succeed: not for a request larger than all the heap holds (a
+ * malloc(1 << 45) caught as an error would cost every warm free page each
+ * time).  Takes and drops the allocator's locks: call it holding none. */
+int pm_tcache_give_back(size_t bytes);
 /* Adds each class's objects in the live threads' caches to counts[class]
  * and gives the number of live threads (racy reads of other threads'
  * lengths: a snapshot for reports). */
@@ -271,6 +286,7 @@ PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 }
 void pm_sites_init(void);
 uint64_t pm_sites_live_samples(void);
+uint64_t pm_sites_mapped_bytes(void); /* records and large tables (metadata) */
 int pm_sites_sampled_any(void);
 void pm_sites_lock_all(void);
 void pm_sites_unlock_all(int child);
@@ -332,5 +348,71 @@ struct mallinfo2;
 struct _IO_FILE;
 struct mallinfo2 pm_mallinfo2(void);
 int pm_malloc_info(int options, struct _IO_FILE *fp);
+
+/* ---- guard.c: free-list links and the free-block key ------------------
+ * Every free small block holds pm_guard.key in its second word, written
+ * when it is freed (or carved) and erased when a malloc hands it out, so
+ * free finds a block freed twice with one load and compare wherever its
+ * first free put it, in any thread (glibc's tcache key; the key is random
+ * and only free blocks hold it, so a match needs no confirmation walk).
+ * In the hardened build every link in a free list (thread cache, transfer
+ * slot, span) is also stored encoded, as glibc's safe-linking does: the
+ * next block's address XOR the link's own address >> 12 XOR a per-process
+ * secret, and every pop checks the decoded link (16-byte alignment) before
+ * following it, so a write after free or a forged link aborts instead of
+ * handing out a wild pointer (its price, in doc/hardening.md, kept it out
+ * of the default build).  Secret and key come from getrandom at init.
+ * These helpers are the only code that reads or writes a link or a key
+ * (test_harden: test_double_free_same_class, test_forged_link_aborts). */
+typedef struct pm_guard {
+    uintptr_t secret;
+    uintptr_t key;
+} pm_guard_t;
+extern pm_guard_t pm_guard;
+void pm_guard_init(void);
+/* A block whose key says it is free reached free (or realloc: what names
+ * the call): aborts with "<what>: double free detected". */
+void pm_guard_double_free(const char *what, const void *p) __attribute__((noreturn, cold));
+
+PM_INLINE void pm_link_set(void *block, const void *next)
+{
+    uintptr_t mask = pm_config_hardened ? ((uintptr_t)block >> 12) ^ pm_guard.secret : 0;
+    *(uintptr_t *)block = mask ^ (uintptr_t)next;
+}
+PM_INLINE void *pm_link_get(const void *block)
+{
+    uintptr_t mask = pm_config_hardened ? ((uintptr_t)block >> 12) ^ pm_guard.secret : 0;
+    return (void *)(*(const uintptr_t *)block ^ mask);
+}
+/* A decoded link that can be followed: NULL or 16-byte aligned (always,
+ * outside the hardened build, where links are plain). */
+PM_INLINE int pm_link_ok(const void *next)
+{
+    return !pm_config_hardened || ((uintptr_t)next & (PM_ALIGNMENT - 1)) == 0;
+}
+/* The next block after `block`, checked: a bad link aborts (in_free:
+ * which call met it). */
+PM_INLINE void *pm_link_next(const void *block, int in_free)
+{
+    void *next = pm_link_get(block);
+    if (PM_UNLIKELY(!pm_link_ok(next))) pm_bad_link(in_free, next);
+    if (pm_config_hardened && next) {
+        /* an aligned wild value (one in 16) must also land on a page of
+         * the block's own class */
+        uintptr_t pn = (uintptr_t)next >> PM_PAGE_SHIFT, pb = (uintptr_t)block >> PM_PAGE_SHIFT;
+        pm_leaf_t *ln = pn >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(pn);
+        unsigned mask = (1u << PM_LEAF_BITS) - 1;
+        if (PM_UNLIKELY(!ln || ((__atomic_load_n(&ln->info[pn & mask], __ATOMIC_RELAXED) ^
+                                 __atomic_load_n(&pm_pagemap_leaf(pb)->info[pb & mask], __ATOMIC_RELAXED)) &
+                                0x7f)))
+            pm_bad_link(in_free, next);
+    }
+    return next;
+}
+PM_INLINE void pm_key_set(void *block) { ((uintptr_t *)block)[1] = pm_guard.key; }
+PM_INLINE void pm_key_clear(void *block) { ((uintptr_t *)block)[1] = 0; }
+PM_INLINE int pm_key_is_set(const void *block) { return ((const uintptr_t *)block)[1] == pm_guard.key; }
+
+#pragma GCC visibility pop
 
 #endif

@@ -46,7 +46,20 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
  * the range is not aligned to its pages (a kernel with pages above 8 KiB),
  * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
+/* pm_os_map(size, 0) for scratch memory (a dump's buffers), tried once
+ * more when refused, after the give-back function set here (the
+ * allocator's, at init) has returned memory it held: a dump after an
+ * out-of-memory episode works whenever malloc would. */
+void *pm_os_map_scratch(size_t size);
+void pm_os_set_give_back(int (*fn)(size_t size));
 size_t pm_os_page_size(void);      /* the kernel's page (AT_PAGESZ) */
+/* Tests: the memory calls above fail, as the kernel's would, per_1024 times
+ * in 1024 (0: never, the default); map covers pm_os_map, reserve and the
+ * remaps, release is madvise, unmap munmap.  pm_os_fault_count: failures
+ * made so far. */
+enum { PM_OS_FAULT_MAP, PM_OS_FAULT_RELEASE, PM_OS_FAULT_UNMAP, PM_OS_FAULT_KINDS };
+void pm_os_fault_set(unsigned kind, uint32_t per_1024);
+uint64_t pm_os_fault_count(void);
 size_t pm_os_as_room(void);        /* RLIMIT_AS less the size mapped; SIZE_MAX: no limit */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
@@ -73,6 +86,10 @@ typedef struct {
 } pm_os_sigpipe_t;
 void pm_os_sigpipe_block(pm_os_sigpipe_t *s);
 void pm_os_sigpipe_restore(pm_os_sigpipe_t *s, int raised);
+
+/* Fills buf with random bytes (getrandom, without blocking; early in boot,
+ * before the kernel's pool is ready, a mix of clocks and addresses). */
+void pm_os_random(void *buf, size_t len);
 
 /* Process facts. */
 pid_t pm_os_getpid(void);

@@ -76,7 +76,11 @@ typedef struct pm_tlist {
     uint32_t max_len;
 } pm_tlist_t;
 
-enum { PM_THREAD_EMPTY = 0, PM_THREAD_ACTIVE, PM_THREAD_DEAD };
+/* EMPTY: never allocated; NEW: its first PM_THREAD_NEW_OPS allocations
+ * and frees go to the central lists uncached (tcache.c); ACTIVE: caching;
+ * DEAD: its exit call came, uncached again. */
+enum { PM_THREAD_EMPTY = 0, PM_THREAD_ACTIVE, PM_THREAD_DEAD, PM_THREAD_NEW };
+#define PM_THREAD_NEW_OPS 32
 
 /* A thread's sampling state (prof_sampler.c); its countdown is charged
  * inline by malloc's fast path, so it comes first in pm_tcache_t. */
@@ -99,6 +103,8 @@ typedef struct pm_tcache {
     uint16_t steal_skip;            /* budget growths to refuse before stealing again */
     uint16_t steal_backoff;         /* the last skip; doubles per failed steal */
     uint16_t scavenge_skip;         /* refused growths before the next scavenge */
+    uint32_t flush_seen;            /* the flush request it last obeyed (tcache.c) */
+    uint32_t new_ops;               /* NEW: slow-path operations so far */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;

@@ -290,7 +290,7 @@ PM_EXPORT int profmalloc_dump(const char *path)
     int format = ends_with(path, ".heap") ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF;
     /* path buffers are mapped, not on the stack: dumps (and the exit dump)
      * run on PTHREAD_STACK_MIN threads too, which have ~14 KB */
-    char *tmp = pm_os_map(3 * DUMP_PATH_CAP, 0);
+    char *tmp = pm_os_map_scratch(3 * DUMP_PATH_CAP);
     if (!tmp) {
         errno = ENOMEM;
         return -1;
@@ -340,7 +340,7 @@ void pm_dump_at_exit(void)
     const char *pattern = pm_options.dump_pattern;
     if (!pattern) return;
     enum { PATH_CAP = 4096, MSG_CAP = 4200 };
-    char *path = pm_os_map(PATH_CAP + MSG_CAP, 0); /* not on a small stack */
+    char *path = pm_os_map_scratch(PATH_CAP + MSG_CAP); /* not on a small stack */
     if (!path) {
         pm_os_message("PROFMALLOC_DUMP: could not write the heap profile (no memory)");
         return;

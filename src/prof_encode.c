@@ -25,7 +25,7 @@ bool pm_encode_reserve(pm_ebuf_t *b, size_t extra)
         if (cap > SIZE_MAX / 2) goto fail;
         cap *= 2;
     }
-    uint8_t *p = pm_os_map(cap, 0);
+    uint8_t *p = pm_os_map_scratch(cap);
     if (!p) goto fail;
     if (b->len) memcpy(p, b->p, b->len);
     if (b->cap) pm_os_unmap(b->p, b->cap);
@@ -40,6 +40,7 @@ fail:
 void *pm_encode_add(pm_ebuf_t *b, size_t n)
 {
     if (!pm_encode_reserve(b, n)) return NULL;
+    if (!b->p) return NULL; /* n == 0 on an empty buffer (fuzz_alloc, UBSan) */
     void *r = b->p + b->len;
     b->len += n;
     return r;
@@ -64,7 +65,7 @@ void pm_encode_free(pm_ebuf_t *b)
 
 bool pm_encode_table_resize(pm_etable_t *t, size_t slots, pm_encode_hash_fn h, const void *ctx)
 {
-    uint32_t *s = pm_os_map(slots * sizeof *s, 0);
+    uint32_t *s = pm_os_map_scratch(slots * sizeof *s);
     if (!s) {
         t->failed = true;
         return false;

@@ -329,7 +329,7 @@ static int maps_line_cb(struct dl_phdr_info *info, size_t size, void *data)
 static int write_legacy(int fd, const pm_prof_snapshot_t *s)
 {
     out_t o = {fd, 0, NULL, 0, 65536};
-    o.buf = pm_os_map(o.cap, 0);
+    o.buf = pm_os_map_scratch(o.cap);
     if (!o.buf) {
         errno = ENOMEM;
         return -1;
@@ -375,7 +375,7 @@ static int write_legacy(int fd, const pm_prof_snapshot_t *s)
         /* the program by AT_EXECFN, made absolute as maps would print it
          * (google-pprof matches it against the binary's absolute path) */
         const char *execfn = (const char *)getauxval(AT_EXECFN);
-        char *exe = pm_os_map(PATH_MAX, 0);
+        char *exe = pm_os_map_scratch(PATH_MAX);
         maps_arg_t arg = {&o, execfn};
         if (exe && execfn && execfn[0] != '/' && pm_os_getcwd(exe, PATH_MAX)) {
             size_t n = strlen(exe), k = strlen(execfn);

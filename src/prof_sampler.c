@@ -89,7 +89,7 @@ PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
     pm_sampler_set_rate(bytes);
     /* the calling thread switches at once; others at their next slow path */
     pm_tcache_t *t = &pm_tls;
-    if (t->state == PM_THREAD_ACTIVE) pm_sampler_redraw(&t->sampler);
+    if (t->state != PM_THREAD_EMPTY) pm_sampler_redraw(&t->sampler); /* NEW and DEAD sample too */
 }
 
 PM_EXPORT size_t profmalloc_get_sample_rate(void)

@@ -1,12 +1,14 @@
 /* prof_sites.c — the sampled allocation-site table: a record per live
- * sample (address → bucket, weight), a bucket per (call stack, requested
- * size) holding unbiased estimates (each sample adds the weight
+ * sample (address → bucket, weight, size), a bucket per (call stack,
+ * requested size) holding unbiased estimates (each sample adds the weight
  * prof_sampler.c gave it, its free subtracts it), and snapshots in mapped
- * memory for prof_dump.c.  Locks: prof.lock (stacks, buckets, their arena)
- * and one per record shard (the records and sampled-block fields of the
- * spans that hash to it), never two at once; frees never take prof.lock.
- * Must never: unwind, map memory or write a file under a lock, call malloc,
- * or reach up to stats, init or the dump API. */
+ * memory for prof_dump.c.  A stack's sizes past its first EXACT_SIZES share
+ * a bucket per power of two, so the table grows with stacks, not sizes.
+ * Locks: prof.lock (stacks, buckets, their arena) and one per record shard
+ * (the records and sampled-block fields of the spans that hash to it),
+ * never two at once; frees never take prof.lock.  Must never: unwind, map
+ * memory or write a file under a lock, call malloc, or reach up to stats,
+ * init or the dump API. */
 #include "pm_internal.h"
 #include "pm_prof_types.h"
 #include "pm_prof_unwind.h"
@@ -28,6 +30,7 @@ typedef struct table {
 typedef struct stack {
     node_t node;
     uint32_t depth;
+    uint32_t nsizes;              /* exact-size buckets, under prof.lock */
     uintptr_t pcs[];              /* depth return addresses, leaf first */
 } stack_t;
 
@@ -36,12 +39,16 @@ typedef struct stack {
 #define FX_SHIFT PM_WEIGHT_SHIFT
 #define FX_ONE PM_WEIGHT_ONE
 
-/* One (stack, requested size) pair: pprof's "bytes" label is exact.
- * alloc_* >= free_* for each of objects and bytes, in fixed point. */
+/* One (stack, requested size) pair: pprof's "bytes" label is exact; or
+ * (stack, GROUP | k): the stack's sizes in [2^k, 2^(k+1)) past its first
+ * EXACT_SIZES.  alloc_* >= free_* for each of objects and bytes, in fixed
+ * point.  test_harden: test_site_table_bounded. */
+#define EXACT_SIZES 16
+#define GROUP ((uint64_t)1 << 63)
 typedef struct bucket {
     node_t node;
     const stack_t *stack;
-    uint64_t size;
+    uint64_t size;                /* the size, or GROUP | k */
     _Atomic uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
 } bucket_t;
 
@@ -53,10 +60,25 @@ typedef struct record {
     uintptr_t key;                /* the block's address */
     bucket_t *bucket;
     uint64_t weight;              /* fixed point */
+    uint64_t size;                /* requested (a group's bucket has many) */
 } record_t;
 
 #define SHARDS 16
-#define POOL_CHUNK 8
+/* Records come from slabs of SLAB_BYTES, mapped on their alignment, so a
+ * record finds its slab by masking.  A slab whose records are all free is
+ * unmapped, unless it is its shard's last one with room: at rate 1 a fill
+ * until malloc failed left 166-173 MB of records behind, and
+ * malloc(200 MiB) failed where glibc's and rate 0's succeeded
+ * (test_harden: test_rate1_metadata_returned). */
+#define SLAB_BYTES ((size_t)16 * 1024)
+typedef struct slab {
+    struct slab *next, *prev;     /* the shard's slabs with a free record */
+    record_t *free;               /* its free records */
+    uint32_t live, cap;
+    uint8_t listed;
+} slab_t;
+#define SLAB_FIRST ((sizeof(slab_t) + sizeof(record_t) - 1) / sizeof(record_t))
+#define SLAB_RECORDS (SLAB_BYTES / sizeof(record_t) - SLAB_FIRST)
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
@@ -65,7 +87,8 @@ typedef struct record {
 typedef struct shard {
     pm_lock_t lock;
     table_t records;
-    record_t *free_records;
+    slab_t *slabs;                /* those with a free record */
+    uint64_t nslabs;              /* all of them (stats: metadata) */
 } PM_ALIGNED(PM_CACHELINE) shard_t;
 
 static struct {
@@ -75,6 +98,23 @@ static struct {
     uint64_t start_ns;
     shard_t shards[SHARDS];
 } prof = {.lock = PM_LOCK_INIT};
+
+/* Bytes mapped here for records and large head arrays (stats: metadata). */
+static _Atomic uint64_t mapped_bytes;
+
+uint64_t pm_sites_mapped_bytes(void) { return pm_relaxed_load(&mapped_bytes); }
+
+static void *map_counted(size_t bytes, size_t align)
+{
+    void *p = pm_os_map(bytes, align);
+    if (p) pm_relaxed_add(&mapped_bytes, bytes);
+    return p;
+}
+
+static void unmap_counted(void *p, size_t bytes)
+{
+    if (pm_os_unmap(p, bytes) == 0) atomic_fetch_sub_explicit(&mapped_bytes, bytes, memory_order_relaxed);
+}
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
 
@@ -134,7 +174,7 @@ static unsigned bucket_growths;
 static node_t **heads_alloc(uint64_t n)
 {
     size_t bytes = n * sizeof(node_t *);
-    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : pm_os_map(bytes, 0);
+    return bytes <= SMALL_HEADS ? pm_meta_alloc(bytes) : map_counted(bytes, 0);
 }
 
 /* Called with `lock` held and returned with it held; may drop it to map a
@@ -174,7 +214,7 @@ static int table_room(pm_lock_t *lock, table_t *t)
     }
     if (old && old_n * sizeof *old > SMALL_HEADS) {
         pm_unlock(lock);
-        pm_os_unmap(old, old_n * sizeof *old);
+        unmap_counted(old, old_n * sizeof *old);
         pm_lock(lock);
     }
     return 1;
@@ -207,21 +247,74 @@ static int lock_sites(void)
     }
 }
 
+static slab_t *slab_init(slab_t *sl)
+{
+    record_t *recs = (record_t *)sl + SLAB_FIRST;
+    sl->free = NULL;
+    for (size_t i = SLAB_RECORDS; i-- > 0;) {
+        recs[i].node.next = (node_t *)sl->free;
+        sl->free = &recs[i];
+    }
+    sl->live = 0;
+    sl->cap = (uint32_t)SLAB_RECORDS;
+    return sl;
+}
+
+static void slab_link_locked(shard_t *sh, slab_t *sl)
+{
+    sl->prev = NULL;
+    sl->next = sh->slabs;
+    if (sh->slabs) sh->slabs->prev = sl;
+    sh->slabs = sl;
+    sl->listed = 1;
+    if (sl->live == 0) sh->nslabs++;
+}
+
+static void slab_unlink_locked(shard_t *sh, slab_t *sl)
+{
+    if (sl->prev) sl->prev->next = sl->next;
+    else sh->slabs = sl->next;
+    if (sl->next) sl->next->prev = sl->prev;
+    sl->listed = 0;
+}
+
+static record_t *record_take_locked(shard_t *sh)
+{
+    slab_t *sl = sh->slabs;
+    record_t *r = sl->free;
+    sl->free = (record_t *)r->node.next;
+    sl->live++;
+    if (!sl->free) slab_unlink_locked(sh, sl);
+    return r;
+}
+
+/* Gives r back to its slab; returns the slab when it is now empty and not
+ * the shard's last with room, for the caller to unmap after unlocking. */
+static slab_t *record_put_locked(shard_t *sh, record_t *r)
+{
+    slab_t *sl = (slab_t *)((uintptr_t)r & ~(uintptr_t)(SLAB_BYTES - 1));
+    r->node.next = (node_t *)sl->free;
+    sl->free = r;
+    if (!sl->listed) slab_link_locked(sh, sl);
+    if (--sl->live) return NULL;
+    if (sh->slabs == sl && !sl->next) return NULL; /* kept for the next sample */
+    slab_unlink_locked(sh, sl);
+    sh->nslabs--;
+    return sl;
+}
+
 /* Takes a shard's lock with room for one more record. */
 static int lock_shard(shard_t *sh)
 {
     pm_lock(&sh->lock);
     for (;;) {
         int r = 0;
-        if (!sh->free_records) {
+        if (!sh->slabs) {
             pm_unlock(&sh->lock);
-            record_t *recs = pm_meta_alloc(POOL_CHUNK * sizeof *recs);
+            slab_t *sl = map_counted(SLAB_BYTES, SLAB_BYTES);
             pm_lock(&sh->lock);
-            if (!recs) r = -1;
-            for (int i = 0; recs && i < POOL_CHUNK; i++) {
-                recs[i].node.next = (node_t *)sh->free_records;
-                sh->free_records = &recs[i];
-            }
+            if (!sl) r = -1;
+            else slab_link_locked(sh, slab_init(sl));
             if (r == 0) r = 1;
         }
         if (r == 0) r = table_room(&sh->lock, &sh->records);
@@ -257,20 +350,45 @@ static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint3
     return 1;
 }
 
-/* The bucket of (stack, size).  A thread remembers the buckets it used
- * last (buckets are never freed), so a hot site costs no lock; hashes are
- * computed before the lock. */
-static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+/* A size's key in its stack's group buckets. */
+static uint64_t group_key(uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
+    return GROUP | (uint64_t)(size ? 63 - __builtin_clzll(size) : 0);
+}
+
+/* A bucket with this key found without prof.lock: the thread's recent
+ * buckets, then the published view of the table. */
+static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const uintptr_t *pcs, uint32_t depth, uint64_t key)
+{
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
-    if (same_site(*cached, bh, pcs, depth, size)) return *cached;
+    if (same_site(*cached, bh, pcs, depth, key)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
     if (v) {
         node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
         for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
-            if (same_site((bucket_t *)n, bh, pcs, depth, size)) return *cached = (bucket_t *)n;
+            if (same_site((bucket_t *)n, bh, pcs, depth, key)) return *cached = (bucket_t *)n;
     }
+    return NULL;
+}
+
+static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key)
+{
+    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n; n = n->next)
+        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == key) return (bucket_t *)n;
+    return NULL;
+}
+
+/* The bucket of (stack, size), or of its size's group once the stack has
+ * EXACT_SIZES exact ones.  A thread remembers the buckets it used last
+ * (buckets are never freed), so a hot site costs no lock; hashes are
+ * computed before the lock. */
+static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+{
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
+    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ pm_mix64(gkey));
+    bucket_t *b = bucket_seen(t, bh, pcs, depth, size);
+    if (!b) b = bucket_seen(t, gh, pcs, depth, gkey);
+    if (b) return b;
     if (lock_sites() != 0) return NULL;
     stack_t *st = NULL;
     for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
@@ -284,19 +402,24 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
         st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
         st->node.hash = sh;
         st->depth = depth;
+        st->nsizes = 0;
         for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
         table_insert(&prof.stacks, &st->node);
     }
-    bucket_t *b = NULL;
-    for (node_t *n = prof.buckets.heads[bh & (prof.buckets.nheads - 1)]; n && !b; n = n->next)
-        if (((bucket_t *)n)->stack == st && ((bucket_t *)n)->size == size) b = (bucket_t *)n;
+    b = find_bucket_locked(st, bh, size);
+    if (!b && st->nsizes >= EXACT_SIZES) {
+        bh = gh;
+        size = gkey;
+        b = find_bucket_locked(st, bh, size);
+    }
     if (!b) {
+        if (!(size & GROUP)) st->nsizes++;
         b = arena_take_locked(sizeof *b);
         *b = (bucket_t){.node.hash = bh, .stack = st, .size = size};
         table_insert(&prof.buckets, &b->node);
     }
     pm_unlock(&prof.lock);
-    *cached = b;
+    t->prof_sites[bh & 7] = b;
     return b;
 }
 
@@ -333,9 +456,9 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
-        record_t *r = sh->free_records;
-        sh->free_records = (record_t *)r->node.next;
-        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight};
+        record_t *r = record_take_locked(sh);
+        *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
+                        .size = size};
         table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {
@@ -352,6 +475,37 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
     t->in_profiler = 0;
 }
 
+/* A shard's record table, mostly empty after its samples went, gets heads
+ * for four times its records (mapped without the lock; the old ones are
+ * unmapped after it). */
+static void shrink_records(shard_t *sh)
+{
+    pm_lock(&sh->lock);
+    uint64_t want = FIRST_HEADS;
+    while (want < sh->records.count * 4) want *= 2;
+    int still = want * 4 <= sh->records.nheads;
+    pm_unlock(&sh->lock);
+    if (!still) return;
+    node_t **heads = heads_alloc(want);
+    if (!heads) return;
+    pm_lock(&sh->lock);
+    node_t **old = heads;
+    uint64_t old_n = want;
+    if (want * 4 <= sh->records.nheads && sh->records.count * 2 <= want) {
+        old = sh->records.heads;
+        old_n = sh->records.nheads;
+        sh->records.heads = heads;
+        sh->records.nheads = want;
+        for (uint64_t i = 0; i < old_n; i++)
+            for (node_t *n = old[i], *next; n; n = next) {
+                next = n->next;
+                table_link(&sh->records, n);
+            }
+    }
+    pm_unlock(&sh->lock);
+    if (old_n * sizeof *old > SMALL_HEADS) unmap_counted(old, old_n * sizeof *old);
+}
+
 void pm_sites_remove(pm_span_t *s, void *p)
 {
     /* Most frees on a flagged page are of other blocks: tell them apart
@@ -364,15 +518,15 @@ void pm_sites_remove(pm_span_t *s, void *p)
             return;
     }
     shard_t *sh = shard_of(s);
+    slab_t *empty = NULL;
     pm_lock(&sh->lock);
     record_t **link = find_locked(sh, (uintptr_t)p);
     if (link && *link) {
         record_t *r = *link;
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
-        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->bucket->size);
+        pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->size);
         *link = (record_t *)r->node.next;
-        r->node.next = (node_t *)sh->free_records;
-        sh->free_records = r;
+        empty = record_put_locked(sh, r);
         sh->records.count--;
         if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
@@ -386,7 +540,10 @@ void pm_sites_remove(pm_span_t *s, void *p)
         }
     }
     if (s->cls == 0) s->sample = NULL;
+    int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
     pm_unlock(&sh->lock);
+    if (empty) unmap_counted(empty, SLAB_BYTES);
+    if (shrink) shrink_records(sh);
 }
 
 void pm_sites_lock_all(void)
@@ -424,7 +581,7 @@ int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem)
         uint64_t want = prof.buckets.count + 16;
         pm_unlock(&prof.lock);
         size_t bytes = want * (sizeof(pm_prof_sample_t) + PM_STACK_MAX * sizeof(uintptr_t));
-        char *base = pm_os_map(bytes, 0);
+        char *base = pm_os_map_scratch(bytes);
         if (!base) {
             errno = ENOMEM;
             return -1;
@@ -445,12 +602,15 @@ int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem)
                 for (uint32_t i = 0; i < b->stack->depth; i++) pcs[i] = b->stack->pcs[i];
                 uint64_t ao = pm_relaxed_load(&b->alloc_objects), ab = pm_relaxed_load(&b->alloc_bytes);
                 uint64_t fo = pm_relaxed_load(&b->free_objects), fb = pm_relaxed_load(&b->free_bytes);
+                /* a group shows its mean size (its bytes are exact) */
+                uint64_t size = b->size;
+                if (size & GROUP) size = ao >= FX_ONE ? (ab + ao / 2) / ao : (uint64_t)1 << (size & 63);
                 samples[n++] = (pm_prof_sample_t){
                     .alloc_objects = round_fx(ao, 0),
                     .alloc_bytes = round_fx(ab, 0),
                     .inuse_objects = round_fx(ao, fo),
                     .inuse_bytes = round_fx(ab, fb),
-                    .size = b->size,
+                    .size = size,
                     .depth = b->stack->depth,
                     .pcs = pcs,
                 };

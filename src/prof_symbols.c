@@ -483,7 +483,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
     if (!name || !name[0]) {
         if (w->seen_exe) return 0;
         w->seen_exe = is_exe = true;
-        exe = pm_os_map(PATH_MAX, 0);
+        exe = pm_os_map(PATH_MAX, 0); /* no give-back under the loader's lock */
         if (!exe) {
             w->maps.failed = true; /* the dump fails with ENOMEM */
             return 1;

@@ -47,7 +47,7 @@ static void collect(profmalloc_stats_t *out, uint64_t free_objs[PM_CLASS_MAX])
     out->fragmentation = span_bytes - small_out - central_free;
     out->pageheap_free = ph.free;
     out->released = ph.released;
-    out->metadata = pm_meta_bytes() + pm_pagemap_bytes();
+    out->metadata = pm_meta_bytes() + pm_pagemap_bytes() + pm_sites_mapped_bytes();
     out->mapped = ph.mapped + out->metadata;
     out->metadata += ph.meta; /* span structs carved from the heap, of ph.mapped */
     out->resident_estimate = out->mapped - out->released;

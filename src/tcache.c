@@ -7,8 +7,8 @@
  * that needs more takes from the pool, or the part of another thread's
  * budget that thread's lists do not use.  Taking used budget (as tcmalloc
  * does, the victim shrinking at its next slow path) let threads that sleep
- * keep their caches while others grew theirs: seven Python threads held
- * 7-15 MB with a pool of 4 MB.  At thread exit (a
+ * keep their caches while others grew theirs beyond the pool
+ * (test_tcache_crowd_steals_bounded).  At thread exit (a
  * pthread key destructor) the cache is flushed and the thread turns DEAD:
  * later mallocs and frees from that thread go straight to the central
  * lists.
@@ -25,10 +25,8 @@ PM_TLS pm_tcache_t pm_tls;
 #define MIN_BUDGET ((size_t)64 * 1024)
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
-/* One thread never caches more.  tcmalloc allows 4 MiB; with 4 MiB, seven
- * Python threads (PYTHONMALLOC=malloc) held 16 MB in their caches and
- * peaked at 1.33x glibc's RSS, with 1 MiB at 1.0x and the same speed, and
- * bench/large's peak RSS fell from 74 to 68 MB (doc/performance.md). */
+/* One thread never caches more: tcmalloc's 4 MiB cost programs with many
+ * mostly idle threads (bench/pythreads) peak RSS for no speed. */
 #define MAX_BUDGET ((size_t)1 << 20)
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
@@ -62,11 +60,39 @@ static pm_treg_t *spare_nodes;         /* linked by next, under reg_lock */
 static uint64_t nthreads;
 static _Atomic int64_t unclaimed;      /* global budget not given to a thread */
 static pthread_key_t exit_key;
+/* Bumped when the OS refused memory: each thread's next slow path flushes
+ * its cache (test_harden: test_recovery_after_aligned_fill). */
+static _Atomic uint32_t flush_requests;
+
+void pm_tcache_flush_others(void) { pm_relaxed_add(&flush_requests, 1); }
+
+int pm_tcache_give_back(size_t bytes)
+{
+    pm_pageheap_stats_t st;
+    pm_pageheap_stats(&st);
+    if (bytes > st.mapped) return 0;
+    pm_tcache_t *t = &pm_tls;
+    if (t->state == PM_THREAD_ACTIVE) pm_tcache_flush_all(t);
+    pm_tcache_flush_others();
+    pm_central_drain();
+    pm_pageheap_release_all();
+    return 1;
+}
+
+/* Obeys a flush request made since the thread last looked. */
+static void maybe_flush(pm_tcache_t *t)
+{
+    uint32_t r = pm_relaxed_load(&flush_requests);
+    if (PM_LIKELY(r == t->flush_seen)) return;
+    t->flush_seen = r;
+    pm_tcache_flush_all(t);
+}
 
 void pm_tcache_init(void)
 {
     atomic_store(&unclaimed, (int64_t)pm_options.tcache_bytes);
     pthread_key_create(&exit_key, pm_tcache_thread_exit);
+    pm_os_set_give_back(pm_tcache_give_back); /* the profiler's scratch maps */
 }
 
 static size_t claim(size_t want)
@@ -130,8 +156,24 @@ static void node_claim(pm_treg_t *n, pm_tcache_t *t)
  * death?  (Asked outside any lock: a system call.) */
 static int have_robust_list(void) { return pm_os_has_robust_list(); }
 
+/* A thread's first slow path: it samples from now on, and caches nothing
+ * for its first PM_THREAD_NEW_OPS operations.  A thread whose first
+ * allocation comes in the last round of pthread key destructors never gets
+ * its exit call (glibc calls no destructor set in that round, and nothing
+ * after): what it cached was lost for good (20 000 such threads, 117 MB).
+ * Such a thread allocates a few blocks; so a thread caches once it has
+ * shown it is more than that (test_harden:
+ * test_threads_born_in_destructors). */
+void pm_tcache_thread_begin(pm_tcache_t *t)
+{
+    pm_sampler_thread_start(&t->sampler);
+    t->new_ops = 0;
+    t->state = PM_THREAD_NEW;
+}
+
 void pm_tcache_thread_start(pm_tcache_t *t)
 {
+    if (t->state == PM_THREAD_EMPTY) pm_tcache_thread_begin(t);
     size_t budget = claim(START_BUDGET);
     if (budget < MIN_BUDGET) {
         /* overcommit the floor rather than run without a cache */
@@ -140,8 +182,8 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     }
     atomic_store(&t->budget, budget);
     t->capacity = 0;
-    pm_sampler_thread_start(&t->sampler);
     t->state = PM_THREAD_ACTIVE;
+    t->flush_seen = pm_relaxed_load(&flush_requests);
     pm_lock(&reg_lock);
     pm_treg_t *n = spare_nodes;
     if (n) spare_nodes = n->next;
@@ -166,22 +208,30 @@ void pm_tcache_thread_start(pm_tcache_t *t)
  * chain, walking whichever part of the list is shorter. */
 static void *cut(pm_tlist_t *l, uint32_t n)
 {
-    void **tail = &l->head, *chain;
+    void *chain;
     uint32_t keep = l->len - n;
     if (keep < n) {
         /* Release the list's oldest n objects, walking only past the keep
          * newest: a thread that only frees (a consumer) overflows a list
          * of batch + 1 objects, so this is O(1) there, and the objects it
          * keeps are the ones still warm in its cache. */
-        for (uint32_t i = 0; i < keep; i++) tail = (void **)*tail;
-        chain = *tail;
+        if (keep == 0) {
+            chain = l->head;
+            l->head = NULL;
+        } else {
+            void *last = l->head; /* the keep-th object */
+            for (uint32_t i = 1; i < keep; i++) last = pm_link_next(last, 1);
+            chain = pm_link_next(last, 1);
+            pm_link_set(last, NULL);
+        }
     } else {
         /* the n newest: a walk past them */
         chain = l->head;
-        for (uint32_t i = 0; i < n; i++) tail = (void **)*tail;
-        l->head = *tail;
+        void *last = chain; /* the n-th object */
+        for (uint32_t i = 1; i < n; i++) last = pm_link_next(last, 1);
+        l->head = pm_link_next(last, 1);
+        pm_link_set(last, NULL);
     }
-    *tail = NULL;
     l->len = keep;
     return chain;
 }
@@ -298,10 +348,9 @@ static size_t scavenge(pm_tcache_t *t)
 
 /* How far a list's limit grows when the list runs empty or over: to
  * FIRST_LEN (or a batch, if smaller) at first use, then doubling up to a
- * batch, then a batch at a time.  Growing by one object below a batch
- * made a short-lived thread pay a central-list round trip for its 1st,
- * 2nd, 4th, 7th, 11th... block of each size (threadchurn: 57 M -> 39 M
- * instructions, and a lower peak RSS). */
+ * batch, then a batch at a time: growing by one object below a batch
+ * made a short-lived thread pay a central-list round trip for most of its
+ * first blocks of each size (bench/threadchurn). */
 static uint32_t growth(uint32_t max_len, uint32_t batch)
 {
     uint32_t first = batch < FIRST_LEN ? batch : FIRST_LEN;
@@ -348,6 +397,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
 {
     pm_tlist_t *l = &t->list[cls];
     uint32_t batch = pm_class_batch[cls];
+    maybe_flush(t);
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     /* first use: make room for FIRST_LEN objects before fetching */
     if (l->max_len == 0) grow_list(t, cls, growth(0, batch));
@@ -356,7 +406,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     uint32_t got;
     void *chain = pm_central_get(cls, n, &got);
     if (!chain) return NULL;
-    l->head = *(void **)chain;
+    l->head = pm_link_next(chain, 0);
     l->len = got - 1;
     grow_list(t, cls, growth(l->max_len, batch));
     return chain;
@@ -366,6 +416,7 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
 {
     pm_tlist_t *l = &t->list[cls];
     uint32_t batch = pm_class_batch[cls];
+    maybe_flush(t);
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     if (l->max_len < batch) {
         grow_list(t, cls, growth(l->max_len, batch));

@@ -1988,14 +1988,19 @@ static void invalid_free_body(void *arg)
     }
 }
 
-static void run_bad_pointer_child(int kind, const char *what)
+static void run_bad_pointer_child_saying(int kind, const char *what, const char *says)
 {
     char buf[4096], want[128];
     int st = run_in_child(invalid_free_body, &kind, buf, sizeof buf);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("child not killed by SIGABRT (status 0x%x), stderr: %s", st, buf);
-    snprintf(want, sizeof want, "profmalloc: %s(): invalid pointer 0x", what);
+    snprintf(want, sizeof want, "profmalloc: %s(): %s 0x", what, says);
     if (!strstr(buf, want)) fail_msg("expected '%s...' on stderr, got: %s", want, buf);
+}
+
+static void run_bad_pointer_child(int kind, const char *what)
+{
+    run_bad_pointer_child_saying(kind, what, "invalid pointer");
 }
 
 static void run_invalid_free_child(int kind) { run_bad_pointer_child(kind, "free"); }
@@ -2032,7 +2037,7 @@ static void test_double_free_small_other_classes_between(void **state)
 {
     (void)state;
     REQUIRE_PM();
-    run_invalid_free_child(BAD_DOUBLE_SMALL);
+    run_bad_pointer_child_saying(BAD_DOUBLE_SMALL, "free", "double free detected");
 }
 
 /* A bad pointer given to realloc or malloc_usable_size is named so. */

@@ -23,7 +23,7 @@ static void check_chain(unsigned cls, void *chain, uint32_t n, void **objs)
 {
     size_t size = pm_class_size[cls];
     uint32_t i = 0;
-    for (void *p = chain; p; p = *(void **)p) {
+    for (void *p = chain; p; p = pm_link_get(p)) {
         assert_true(i < n);
         objs[i++] = p;
     }
@@ -121,7 +121,7 @@ static void test_central_get_put(void **state)
             keep[k] = objs[i];
             continue;
         }
-        *(void **)objs[i] = NULL;
+        pm_link_set(objs[i], NULL);
         pm_central_put(cls, objs[i], 1);
     }
     assert_int_equal(c->out, 3);
@@ -145,7 +145,7 @@ static void test_central_get_put(void **state)
      * it leaves the slots */
     for (int k = 0; k < 3; k++) {
         uint64_t in_use = ph_stats().in_use;
-        *(void **)keep[k] = NULL;
+        pm_link_set(keep[k], NULL);
         pm_central_put(cls, keep[k], 1);
         assert_int_equal(c->parked, 1);
         assert_int_equal(ph_stats().in_use, in_use);
@@ -235,8 +235,8 @@ static void test_central_transfer_slots(void **state)
     assert_int_equal(c->out, batch);
     /* short chains join the newest slot while it has room for them */
     void *one = rest;
-    rest = *(void **)one;
-    *(void **)one = NULL;
+    rest = pm_link_get(one);
+    pm_link_set(one, NULL);
     pm_central_put(cls, two, 2);  /* the newest slot is full: a slot of its own */
     assert_int_equal(c->nslots, c->max_slots);
     assert_int_equal(c->slot_n[c->nslots - 1], 2);
@@ -265,10 +265,10 @@ static void test_central_transfer_slots(void **state)
  * rest. */
 static void *take_front(void **chain, uint32_t n)
 {
-    void *front = *chain, **last = front;
-    for (uint32_t i = 1; i < n; i++) last = *last;
-    *chain = *last;
-    *last = NULL;
+    void *front = *chain, *last = front;
+    for (uint32_t i = 1; i < n; i++) last = pm_link_get(last);
+    *chain = pm_link_get(last);
+    pm_link_set(last, NULL);
     return front;
 }
 

@@ -22,7 +22,7 @@ static void test_fmt_parse_size(void **state)
     }
     static const char *bad[] = {"", "k", "12x", "-1", "1.5M", "99999999999999999999",
                                 "20000000T", "18446744073709551616", "16777216T", " 1", "1 ",
-                                "+1", "1kk", "1iB", "1KiBx", "1Bk", "0x10", "1e3", "M"};
+                                "+1", "1kk", "1iB", "1KiBx", "1Bk", "0x10", "1e3", "M", "4Ki", "2mi"};
     for (size_t i = 0; i < PM_ARRAY_LEN(bad); i++) {
         uint64_t v = 777;
         if (pm_fmt_parse_size(bad[i], &v) == 0) fail_msg("\"%s\" accepted as %llu", bad[i],

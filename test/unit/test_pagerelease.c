@@ -390,13 +390,13 @@ static void test_central_release_free(void **state)
     void *chain = get_full(cls, N);
     for (int i = 0; i < N; i++) {
         o[i] = chain;
-        chain = *(void **)chain;
+        chain = pm_link_get(chain);
         memset(o[i], 0xa5, size);
     }
     /* every other object back: each span keeps live objects */
     uint32_t nfree = 0;
     for (int i = 0; i < N; i += 2) {
-        *(void **)o[i] = NULL;
+        pm_link_set(o[i], NULL);
         pm_central_put(cls, o[i], 1);
         nfree++;
     }
@@ -427,7 +427,7 @@ static void test_central_release_free(void **state)
         uint32_t live = 0, found = 0;
         for (int j = 0; j < N; j++)
             if (pm_pagemap_span((uintptr_t)o[j] >> PM_PAGE_SHIFT) == s) live += j % 2;
-        for (void *f = s->freelist; f; f = *(void **)f) found += f == (void *)o[i];
+        for (void *f = s->freelist; f; f = pm_link_get(f)) found += f == (void *)o[i];
         assert_int_equal(found, 1);
         assert_int_equal(s->allocated, live);
         assert_int_equal(freelist_len(s) + (s->capacity - s->carved), per_span - live);
@@ -442,14 +442,14 @@ static void test_central_release_free(void **state)
     /* the objects are handed out again, whole: the released pages read 0 */
     void *again = get_full(cls, nfree);
     uint32_t zeros = 0;
-    for (uint8_t *a = again; a; a = *(void **)a) {
+    for (uint8_t *a = again; a; a = pm_link_get(a)) {
         for (size_t k = sizeof(void *); k < size; k++) zeros += a[k] == 0;
         memset(a + sizeof(void *), 0x5a, size - sizeof(void *));
     }
     assert_true(zeros >= nfree * os / 2);
     pm_central_put(cls, again, nfree);
     for (int i = 1; i < N; i += 2) {
-        *(void **)o[i] = NULL;
+        pm_link_set(o[i], NULL);
         pm_central_put(cls, o[i], 1);
     }
     pm_central_drain(); /* every span empty: back to the page heap */

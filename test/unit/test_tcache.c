@@ -13,7 +13,7 @@ static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
         const pm_tlist_t *l = &t->list[c];
         cap += (size_t)l->max_len * pm_class_size[c];
         uint32_t n = 0;
-        for (void *p = l->head; p && n <= l->len; p = *(void **)p) n++;
+        for (void *p = l->head; p && n <= l->len; p = pm_link_get(p)) n++;
         if (n != l->len) fail_msg("%s: class %u: len %u but %u on the list", where, c, l->len, n);
     }
     if (cap != t->capacity) fail_msg("%s: capacity %zu != Σ max_len·size %zu", where, t->capacity, cap);
@@ -42,6 +42,7 @@ static void *slowstart_thread(void *arg)
     enum { N = 2000 };
     static void *blocks[N];
     r->state_before = pm_tls.state;
+    become_active();
     blocks[0] = pm_malloc(64);
     r->state_after_malloc = pm_tls.state;
     r->max_len_first = l->max_len;
@@ -221,7 +222,7 @@ static void *consumer_thread(void *arg)
         if (l->len < before) r->overflows++;
         uint32_t walked = 0;
         int ok = 1;
-        for (void *p = l->head; p && walked <= l->len; p = *(void **)p, walked++)
+        for (void *p = l->head; p && walked <= l->len; p = pm_link_get(p), walked++)
             if (walked > i || p != r->blocks[i - walked]) ok = 0;
         if (!ok || walked != l->len) {
             r->bad_at = i + 1;
@@ -335,7 +336,8 @@ static void late_destructor(void *arg)
 static void *dead_thread(void *arg)
 {
     (void)arg;
-    void *keep = pm_malloc(128); /* the thread is ACTIVE now */
+    become_active();
+    void *keep = pm_malloc(128);
     void *tmp = pm_malloc(128);
     pm_free(tmp);
     pthread_setspecific(late_key, keep);
