@@ -312,7 +312,7 @@ static void coalesce_insert_locked(pm_span_t *s)
 
 static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
-static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb);
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int edges, int absorb);
 static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out);
 static pm_heap_view_t view_locked(size_t grow_pages);
 static void unmap_released(void);
@@ -574,7 +574,7 @@ static int give_back_address_space(size_t n, size_t need)
     }
     uint64_t before = ph.mapped_pages;
     for (;;) {
-        size_t k = pick_long_locked(KIND_FREE, picked, UINT64_MAX, 1);
+        size_t k = pick_long_locked(KIND_FREE, picked, UINT64_MAX, 0, 1);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
         pm_lock(&ph.lock);
@@ -1093,7 +1093,7 @@ static void rules_locked(int event, pm_span_t **picked, size_t *k, pm_span_t **s
     pm_heap_view_t v = view_locked(0);
     pm_release_choose_locked(&v, event, &plan);
     *k = plan.aged_before || plan.keep_pages != UINT64_MAX ? pick_plan_locked(&plan, 0, picked) : 0;
-    *nstale = plan.stale ? pick_long_locked(KIND_RETURNED, stale, plan.stale_before, 0) : 0;
+    *nstale = plan.stale ? pick_long_locked(KIND_RETURNED, stale, plan.stale_before, plan.stale_edges, 0) : 0;
     if (*nstale == RELEASE_BATCH) pm_release_stale_full_locked();
 }
 
@@ -1161,8 +1161,10 @@ void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
 /* Picks runs of a kind that can be unmapped (long ones first) that became
- * free at `before` or earlier (UINT64_MAX: all of them; absorb: see pick). */
-static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int absorb)
+ * free at `before` or earlier (UINT64_MAX: all of them), and with `edges`
+ * younger ones too where unmapping splits no mapping (a heap neighbour on
+ * one side at most); absorb: see pick. */
+static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int edges, int absorb)
 {
     size_t k = 0;
     for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH; i++) {
@@ -1170,7 +1172,8 @@ static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int a
         pm_span_t *s = ph.lists[kind][idx];
         while (s && k < RELEASE_BATCH) {
             pm_span_t *next = s->next; /* (absorbing takes only the other kind) */
-            if (s->free_ns <= before && can_unmap(s->page, s->npages))
+            if ((s->free_ns <= before || (edges && neighbours(s->page, s->npages) < 2)) &&
+                can_unmap(s->page, s->npages))
                 pick(s, out, &k, absorb);
             s = next;
         }
@@ -1186,7 +1189,7 @@ static void unmap_released(void)
     pm_span_t *picked[RELEASE_BATCH];
     for (;;) {
         pm_lock(&ph.lock);
-        size_t k = pick_long_locked(KIND_RETURNED, picked, UINT64_MAX, 0);
+        size_t k = pick_long_locked(KIND_RETURNED, picked, UINT64_MAX, 0, 0);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) return;
     }

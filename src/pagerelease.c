@@ -74,17 +74,32 @@ static void rule_growth(const pm_heap_view_t *v, pm_release_plan_t *p)
 static int rule_refused(const pm_heap_view_t *v) { return v->now < rel.retry_ns; }
 
 /* Stale released runs: released runs unused for a second are unmapped, so
- * their address space and commit charge go too; looked for once a second
- * (the walk stays cheap), and at once while released pages outnumber
- * those in use (a program replacing blocks of random size and alignment
- * kept many times its live bytes in address space): test_pageheap_decay_unmaps. */
+ * their address space and commit charge go too; looked for once a second,
+ * so the walk stays cheap (test_pageheap_decay_unmaps). */
 static void rule_stale(const pm_heap_view_t *v, pm_release_plan_t *p)
 {
-    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    int excess = v->released > (v->in_use > limit ? v->in_use : limit);
-    if (v->now < rel.unmap_scan_ns && !(excess && v->now >= rel.excess_scan_ns)) return;
+    if (v->now < rel.unmap_scan_ns) return;
     p->stale = 1;
-    p->stale_before = excess ? UINT64_MAX : v->now >= PM_DECAY_NS ? v->now - PM_DECAY_NS : 0;
+    p->stale_before = v->now >= PM_DECAY_NS ? v->now - PM_DECAY_NS : 0;
+    rel.unmap_scan_ns = v->now + PM_DECAY_NS;
+}
+
+/* Excess: while released pages outnumber those in use, released runs of
+ * any age are unmapped every sixteenth of a second (a program replacing
+ * blocks of random size and alignment kept many times its live bytes in
+ * address space), but only where that splits no mapping, at an edge of
+ * the heap's address space: a hole between two live blocks costs a
+ * mapping for as long as they live, and 4 MiB-aligned blocks of 16 KiB
+ * each became a mapping as their unused rests were unmapped while they
+ * were made (test_pageheap_excess_keeps_holes_out).  Its walk looks for
+ * the stale runs too. */
+static void rule_excess(const pm_heap_view_t *v, pm_release_plan_t *p)
+{
+    uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
+    if (v->released <= (v->in_use > limit ? v->in_use : limit) || v->now < rel.excess_scan_ns) return;
+    p->stale = 1;
+    p->stale_before = v->now >= PM_DECAY_NS ? v->now - PM_DECAY_NS : 0;
+    p->stale_edges = 1;
     rel.unmap_scan_ns = v->now + PM_DECAY_NS;
     rel.excess_scan_ns = v->now + PM_DECAY_NS / 16;
 }
@@ -108,6 +123,7 @@ void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_pla
         rule_cap(v, event, p);
         rule_decay(v, p);
         p->long_only = rule_refused(v);
+        rule_excess(v, p);
         rule_stale(v, p);
         return;
     }

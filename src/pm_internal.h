@@ -181,6 +181,7 @@ typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_pl
     int long_only;            /* only runs long enough to be unmapped */
     int stale;                /* released runs free since stale_before are unmapped */
     uint64_t stale_before;
+    int stale_edges;          /* ... and younger ones whose unmapping splits no mapping (an edge) */
 } pm_release_plan_t;
 enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
 void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
