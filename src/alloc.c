@@ -110,6 +110,8 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     if (sampled && p) {
         pm_sites_add(t, p, size, sampled);
         pm_hunt_tick(); /* peak copy, dump triggers, timeline */
+    } else if (PM_UNLIKELY(pm_hunt_clocked)) {
+        pm_hunt_slow_path(t);
     }
     return p;
 }
@@ -180,7 +182,10 @@ void pm_free_slow(void *p)
     pm_key_set(p);
     l->head = p;
     l->len++;
-    if (l->len > l->max_len) pm_tcache_overflow(t, cls);
+    if (l->len > l->max_len) {
+        pm_tcache_overflow(t, cls);
+        if (PM_UNLIKELY(pm_hunt_clocked)) pm_hunt_slow_path(t);
+    }
 }
 
 void pm_free(void *p) { pm_free_inline(p); }

@@ -38,6 +38,11 @@ int pm_dump_expand(const char *pattern, char *out, size_t cap);
 /* After each sampled allocation (alloc.c), with no lock held: the peak
  * copy, the triggers, the timeline. */
 void pm_hunt_tick(void);
+/* Nonzero while a timeline or a time-based trigger wants ticks that do not
+ * wait for a sample; then alloc.c calls pm_hunt_slow_path at its slow
+ * paths (refill, overflow, large blocks), outside every lock. */
+extern int pm_hunt_clocked;
+void pm_hunt_slow_path(pm_tcache_t *t);
 void pm_hunt_totals(pm_hunt_totals_t *out); /* pm_sites_totals */
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
 uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */

@@ -159,6 +159,13 @@ static void peak_check(uint64_t live_fx)
 }
 
 static int hunting_timeline, hunting_triggers, hunting_gperf;
+int pm_hunt_clocked;
+/* monotonic time before which a slow path does not tick; the thread whose
+ * exchange moves it ticks, the others go on */
+static _Atomic uint64_t clock_due;
+static uint64_t clock_step_ns;
+/* the clock is read at most once per this many slow paths of a thread */
+#define SLOW_PATHS_PER_CLOCK 4
 
 void pm_hunt_init(void)
 {
@@ -166,6 +173,14 @@ void pm_hunt_init(void)
                        pm_options.dump_signal;
     hunting_timeline = pm_options.timeline != NULL;
     hunting_gperf = 1; /* HeapProfilerStart may start it later */
+    /* a program allocating less than the sample rate per interval (or at
+     * rate 0) still gets its records and time-based dumps
+     * (test_timeline_slow_allocator); a quarter interval so a tick is
+     * never much later than the timeline's own due time */
+    uint64_t ms = hunting_timeline ? pm_options.timeline_interval_ms : 100;
+    clock_step_ns = (ms ? ms : 1) * 1000000 / 4;
+    pm_hunt_clocked = hunting_timeline || pm_options.every_seconds || pm_options.dump_signal ||
+                      pm_options.hp_time_interval || pm_options.hp_signal;
     pm_triggers_init();
     pm_timeline_init();
     pm_gperf_init();
@@ -187,10 +202,24 @@ void pm_hunt_tick(void)
     while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
     peak_check(live_fx);
     if (hunting_timeline) pm_timeline_tick();
-    if (hunting_triggers) pm_triggers_tick(a >> PM_FX_SHIFT, live);
-    if (hunting_gperf) pm_gperf_tick(a >> PM_FX_SHIFT, live);
+    /* at rate 0 (ticks from slow paths only) a dump would be empty */
+    int sampling = pm_sampler_rate() != 0;
+    if (hunting_triggers && sampling) pm_triggers_tick(a >> PM_FX_SHIFT, live);
+    if (hunting_gperf && sampling) pm_gperf_tick(a >> PM_FX_SHIFT, live);
     errno = saved_errno;
     t->in_profiler = 0;
+}
+
+void pm_hunt_slow_path(pm_tcache_t *t)
+{
+    if (++t->hunt_slow < SLOW_PATHS_PER_CLOCK || t->in_profiler) return;
+    t->hunt_slow = 0;
+    uint64_t now = pm_os_monotonic_ns(), due = pm_relaxed_load(&clock_due);
+    if (now < due) return;
+    if (!atomic_compare_exchange_strong_explicit(&clock_due, &due, now + clock_step_ns, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    pm_hunt_tick();
 }
 
 /* ---- the public calls -------------------------------------------------- */

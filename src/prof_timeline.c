@@ -1,9 +1,10 @@
 /* prof_timeline.c — PROFMALLOC_TIMELINE: a record of live bytes about
  * every 100 ms, the top sites at each local peak, in the line format of
  * doc/timeline.md (version 1), and profmalloc_timeline_read, its reader.
- * Records are written by the thread whose sampled allocation finds the
- * interval over (no thread of its own), one write(2) per record to an
- * O_APPEND file, so a killed process leaves every complete record.
+ * Records are written by the thread whose sampled allocation or slow path
+ * (prof_peak.c) finds the interval over (no thread of its own), one
+ * write(2) per record to an O_APPEND file, so a killed process leaves
+ * every complete record.
  * Must never: write under a lock.  One writer at a time (the `busy` flag,
  * not a lock: a thread that finds it taken goes on); the interval's
  * highest and lowest live bytes are atomics any thread updates. */
@@ -287,6 +288,11 @@ static void record(uint64_t now, int at_exit)
     pm_hunt_totals(&tot);
     profmalloc_stats_t st;
     pm_stats_collect(&st);
+    /* at rate 0 there are no samples: live bytes are the allocator's
+     * exact count, seen only at the record, and there are no sites
+     * (test_timeline_slow_allocator) */
+    int unsampled = pm_sampler_rate() == 0;
+    if (unsampled) live = hi = lo = st.in_use;
     uint64_t t = (now - tl.start_mono) / 1000000;
     char line[256];
     pm_buf_t b;
@@ -309,6 +315,10 @@ static void record(uint64_t now, int at_exit)
     pm_buf_u64(&b, st.in_use);
     pm_buf_str(&b, "\n");
     tl.last = tot;
+    if (unsampled) {
+        emit(line, b.len);
+        return;
+    }
     /* a local peak: a maximum followed by a fall of 10 %; in an interval
      * that raised the maximum, only the fall to `live` is known to come
      * after it (test_timeline_shape_and_peaks).  Its sites were captured
@@ -346,7 +356,7 @@ void pm_timeline_tick(void)
     uint64_t now = pm_os_monotonic_ns();
     /* on the way up to a peak, its sites as they are at the top (within
      * 5 %): a spike that falls within one interval is still caught */
-    if (live >= pm_relaxed_load(&tl.capture_at) && tl.fd >= 0) {
+    if (live && live >= pm_relaxed_load(&tl.capture_at) && tl.fd >= 0) {
         int idle = 0;
         if (atomic_compare_exchange_strong(&tl.busy, &idle, 1)) {
             if (live >= pm_relaxed_load(&tl.capture_at)) {

@@ -162,6 +162,14 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (!strcmp(mode, "slow")) { /* argv[2] rounds of 10 ms keeping 100 blocks of 64 B: 64 KiB per 100 ms */
+        static void *keep[1 << 16];
+        for (int i = 0, n = atoi(argv[2]), k = 0; i < n; i++) {
+            for (int j = 0; j < 100 && k < (1 << 16); j++) keep[k++] = malloc(64);
+            nap_ms(10);
+        }
+        return 0;
+    }
     if (!strcmp(mode, "ticks")) { /* argv[2] rounds of 64 KiB, each longer than 1 ms */
         for (int i = 0, n = atoi(argv[2]); i < n; i++) {
             churn_site(64 << 10);

@@ -534,6 +534,44 @@ static void test_timeline_sites_while_rising(void **state)
     if (peaks < 2) fail_msg("%d peak blocks while rising", peaks);
 }
 
+/* A program allocating far less than the sample rate per interval (64
+ * KiB per 100 ms at the default 512 KiB), or at rate 0, still gets a
+ * record about every interval: the slow paths tick the timeline too.  At
+ * rate 0 live bytes are the allocator's exact in_use. */
+static void test_timeline_slow_allocator(void **state)
+{
+    (void)state;
+    const char *rates[] = {"PROFMALLOC_SAMPLE_RATE=512k", "PROFMALLOC_SAMPLE_RATE=0"};
+    for (int r = 0; r < 2; r++) {
+        clean_work();
+        const char *env[] = {rates[r], "PROFMALLOC_TIMELINE=slow.tl", NULL};
+        const char *args[] = {"slow", "150", NULL}; /* 1.5 s or more, 960 KB kept */
+        assert_int_equal(run(env, args, NULL, 0), 0);
+        static profmalloc_timeline_point_t v[10000];
+        long n = read_timeline(in_work("slow.tl"), v, 10000);
+        int records = 0;
+        uint64_t last_in_use = 0, last_t = 0;
+        for (long i = 0; i < n; i++) {
+            if (v[i].kind != 'R') continue;
+            records++;
+            /* what the program holds only grows: so does the exact count */
+            assert_true(v[i].in_use + 64 * 1024 >= last_in_use);
+            last_in_use = v[i].in_use;
+            last_t = v[i].t_ms;
+            if (r == 1) {
+                assert_int_equal(v[i].live, v[i].in_use);
+                assert_true(v[i].min <= v[i].live && v[i].live <= v[i].max);
+            }
+        }
+        if (records < 10)
+            fail_msg("%s: %d records over %llu ms", rates[r], records, (unsigned long long)last_t);
+        /* 150 x 100 x 64 B kept at the end, plus the program's own */
+        if (!(last_in_use >= 960000 && last_in_use < 4 * 960000))
+            fail_msg("%s: %llu bytes in use at the end", rates[r], (unsigned long long)last_in_use);
+        assert_int_equal(v[n - 1].kind, 'Z');
+    }
+}
+
 /* A write that fails (a full disk: /dev/full) stops the timeline, said
  * once: nothing may follow a record cut short. */
 static void test_timeline_stops_on_write_error(void **state)
@@ -819,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_timeline_in_forked_child),
         cmocka_unit_test(test_timeline_stops_on_write_error),
         cmocka_unit_test(test_timeline_sites_while_rising),
+        cmocka_unit_test(test_timeline_slow_allocator),
         cmocka_unit_test(test_stats_move_with_allocations),
         cmocka_unit_test(test_lock_waits_rise_under_two_threads),
         cmocka_unit_test(test_stats_print_and_malloc_info),
