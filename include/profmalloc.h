@@ -96,11 +96,11 @@
  *   HEAPPROFILESIGNAL        gperftools: a dump when this signal arrives
  *                            (default none)
  *   PROFMALLOC_HTTP          serve the heap profile at Go's /debug/pprof/
- *                            paths (heap, allocs, symbol) and the statistics
- *                            at /debug/profmalloc/stats on host:port; :port
- *                            means 127.0.0.1, port 0 picks one (as
- *                            profmalloc_http_start() does; doc/http.md)
- *                            (default none)
+ *                            paths (heap, allocs, peak, symbol) and the
+ *                            statistics and timeline at /debug/profmalloc/ on
+ *                            host:port; :port means 127.0.0.1, port 0 picks
+ *                            one (as profmalloc_http_start() does;
+ *                            doc/http.md) (default none)
  *   PROFMALLOC_HTTP_PORT_FILE
  *                            a file the port PROFMALLOC_HTTP serves on is
  *                            written to (default none)

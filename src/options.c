@@ -117,8 +117,8 @@ static const struct option {
     {"HEAPPROFILESIGNAL", SIGNAL, &pm_options.hp_signal,
      "gperftools: a dump when this signal arrives", NULL, NULL, 0},
     {"PROFMALLOC_HTTP", STRING, &pm_options.http_addr,
-     "serve the heap profile at Go's `/debug/pprof/` paths (`heap`, `allocs`, `symbol`) "
-     "and the statistics at `/debug/profmalloc/stats` on `host:port`; `:port` means "
+     "serve the heap profile at Go's `/debug/pprof/` paths (`heap`, `allocs`, `peak`, "
+     "`symbol`) and the statistics and timeline at `/debug/profmalloc/` on `host:port`; `:port` means "
      "127.0.0.1, port 0 picks one (as `profmalloc_http_start()` does; doc/http.md)",
      NULL, http_addr,
      sizeof http_addr},

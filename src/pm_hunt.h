@@ -56,6 +56,8 @@ int pm_hunt_copy_take(pm_site_copy_t *c);
 void pm_hunt_copy_free(pm_site_copy_t *c);
 void pm_hunt_init(void);
 void pm_hunt_at_exit(void);
+/* profmalloc_dump_peak to an open fd in `format` (PROFMALLOC_FORMAT_*). */
+int pm_hunt_dump_peak_fd(int fd, int format);
 void pm_hunt_lock_all(void);
 void pm_hunt_unlock_all(int child);
 
@@ -78,6 +80,9 @@ void pm_timeline_init(void);
 void pm_timeline_tick(void);
 void pm_timeline_at_exit(void);
 void pm_timeline_child(void);
+/* Copies the timeline file's current part, complete records only, to fd:
+ * 0 done, 1 no timeline is being recorded, -1 failed. */
+int pm_timeline_copy_fd(int fd);
 
 /* ---- prof_gperftools.c ------------------------------------------------ */
 void pm_gperf_init(void);

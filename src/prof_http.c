@@ -1,13 +1,14 @@
 /* prof_http.c — the /debug/pprof endpoint: a small HTTP/1.1 server on a
  * thread of its own (PROFMALLOC_HTTP, profmalloc_http_start) serving the
- * heap profile, its delta over ?seconds=N, pprof's symbol protocol and the
- * allocator's statistics, one connection and one request at a time.
+ * heap profile, its delta over ?seconds=N, the peak profile, pprof's symbol
+ * protocol, the allocator's statistics and the timeline file, one
+ * connection and one request at a time.
  * Must never: run on an allocator path or call malloc (every buffer is
  * mmap'd, every body goes through a memfd), hold a lock of its own while
  * it calls into the profiler, or serve in a forked child.
  * Lock: ctl_lock orders start and stop; the server thread takes none of
  * its own (doc/design.md, "The HTTP endpoint"). */
-#include "pm_internal.h"
+#include "pm_hunt.h"
 #include "pm_prof_encode.h"
 #include "pm_prof_pprof.h"
 
@@ -645,7 +646,7 @@ static int serve_index(int body)
                "<br>\n<p>Set debug=1 as a query parameter to export in legacy text format</p>\n"
                "<br>\nTypes of profiles available:\n<table>\n"
                "<thead><td>Count</td><td>Profile</td></thead>\n");
-    static const char *const names[] = {"allocs", "heap"};
+    static const char *const names[] = {"allocs", "heap", "peak"};
     for (size_t i = 0; i < PM_ARRAY_LEN(names); i++) {
         pm_buf_str(&b, "<tr><td>");
         pm_buf_u64(&b, st.samples_live);
@@ -658,12 +659,16 @@ static int serve_index(int body)
     pm_buf_str(&b,
                "</table>\n<a href=\"/debug/profmalloc/stats\">allocator statistics</a>"
                " (<a href=\"/debug/profmalloc/stats?format=json\">json</a>)\n<br>\n"
+               "<a href=\"/debug/profmalloc/timeline\">timeline</a> (when PROFMALLOC_TIMELINE "
+               "records one)\n<br>\n"
                "<p>\nProfile Descriptions:\n<ul>\n"
                "<li><div class=profile-name>allocs: </div> A sampling of all past memory "
                "allocations (profmalloc, the C heap)</li>\n"
                "<li><div class=profile-name>heap: </div> A sampling of memory allocations of "
                "live objects (profmalloc, the C heap). You can specify the gc GET parameter "
                "(accepted and ignored) and seconds=N for the change over N seconds.</li>\n"
+               "<li><div class=profile-name>peak: </div> The live allocations at the highest "
+               "live bytes so far (profmalloc, the C heap)</li>\n"
                "<li><div class=profile-name>symbol: </div> pprof's symbol lookup "
                "(POST 0xADDR+0xADDR...)</li>\n"
                "</ul>\n</p>\n</body>\n</html>\n");
@@ -835,6 +840,27 @@ static void route(int c, uint64_t start, const request_t *r)
             if (rc == 0) respond(c, now, 200, "application/octet-stream", disp, body, NULL, head);
             else if (rc < 0) fail(c, now, 500, "profile unavailable\n");
         }
+    } else if (same(p, n, "/debug/pprof/peak")) {
+        int64_t debug = 0, seconds = 0;
+        if (!get && !head) { fail(c, start, 405, "method not allowed\n"); return; }
+        int dk = query_int(r, "debug", &debug), sk = query_int(r, "seconds", &seconds);
+        if (dk < 0) { fail(c, start, 400, "invalid value for \"debug\"\n"); return; }
+        /* a peak is one moment: there is no change over seconds to show */
+        if (sk != 1) { fail(c, start, 400, "the peak profile takes no \"seconds\"\n"); return; }
+        body = new_body();
+        if (body < 0) { fail(c, start, 500, "no memory\n"); return; }
+        if (pm_hunt_dump_peak_fd(body, debug ? PROFMALLOC_FORMAT_LEGACY : PROFMALLOC_FORMAT_PPROF) != 0)
+            fail(c, start, 500, "profile unavailable\n");
+        else if (debug) respond(c, start, 200, text, NULL, body, NULL, head);
+        else respond(c, start, 200, "application/octet-stream",
+                     "Content-Disposition: attachment; filename=\"peak\"\r\n", body, NULL, head);
+    } else if (same(p, n, "/debug/profmalloc/timeline")) {
+        if (!get && !head) { fail(c, start, 405, "method not allowed\n"); return; }
+        body = new_body();
+        int rc = body < 0 ? -1 : pm_timeline_copy_fd(body);
+        if (rc == 1) fail(c, start, 404, "no timeline is being recorded (set PROFMALLOC_TIMELINE)\n");
+        else if (rc != 0) fail(c, start, 500, "timeline unavailable\n");
+        else respond(c, start, 200, text, NULL, body, NULL, head);
     } else if (same(p, n, "/debug/profmalloc/stats")) {
         char fmt[16];
         if (!get && !head) { fail(c, start, 405, "method not allowed\n"); return; }

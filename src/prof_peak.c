@@ -236,13 +236,10 @@ static void note(char *buf, size_t cap, const char *what, uint64_t v, const char
     buf[b.len] = 0;
 }
 
-/* Writes h's copy (PM_VIEW_AT) or the growth since it (PM_VIEW_SINCE). */
-static int dump_held(held_copy_t *h, const char *path, int mode, const char *label)
+/* Writes h's copy (PM_VIEW_AT) or the growth since it (PM_VIEW_SINCE) to
+ * path, or, when path is NULL, to fd in `format` (the HTTP endpoint's). */
+static int dump_held(held_copy_t *h, const char *path, int fd, int format, int mode, const char *label)
 {
-    if (!path || !*path) {
-        errno = EINVAL;
-        return -1;
-    }
     pm_init();
     pm_site_copy_t c;
     held_copy_t info = {0};
@@ -270,14 +267,27 @@ static int dump_held(held_copy_t *h, const char *path, int mode, const char *lab
         for (int i = 0; i < 3; i++) view.notes[i] = notes[i];
     }
     /* a difference has negative values: only profile.proto holds them */
-    int rc = pm_dump_view(path, mode == PM_VIEW_SINCE ? PROFMALLOC_FORMAT_PPROF : -1, &view);
+    int rc = path ? pm_dump_view(path, mode == PM_VIEW_SINCE ? PROFMALLOC_FORMAT_PPROF : -1, &view)
+                  : pm_dump_fd_view(fd, format, &view);
     int saved = errno;
     pm_hunt_copy_free(&c);
     errno = saved;
     return rc;
 }
 
-PM_EXPORT int profmalloc_dump_peak(const char *path) { return dump_held(&peak, path, PM_VIEW_AT, "peak"); }
+static int bad_path(const char *path)
+{
+    if (path && *path) return 0;
+    errno = EINVAL;
+    return 1;
+}
+
+PM_EXPORT int profmalloc_dump_peak(const char *path)
+{
+    return bad_path(path) ? -1 : dump_held(&peak, path, -1, -1, PM_VIEW_AT, "peak");
+}
+
+int pm_hunt_dump_peak_fd(int fd, int format) { return dump_held(&peak, NULL, fd, format, PM_VIEW_AT, "peak"); }
 
 PM_EXPORT int profmalloc_mark(void)
 {
@@ -291,7 +301,7 @@ PM_EXPORT int profmalloc_mark(void)
 
 PM_EXPORT int profmalloc_dump_since_mark(const char *path)
 {
-    return dump_held(&mark, path, PM_VIEW_SINCE, "mark");
+    return bad_path(path) ? -1 : dump_held(&mark, path, -1, -1, PM_VIEW_SINCE, "mark");
 }
 
 void pm_hunt_at_exit(void)

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 enum { PATH_CAP = 4096, BLOCK_CAP = 128 * 1024, SITES_MAX = 64 };
 /* captures on the way up: at each 5 % rise plus this, so O(log) of them */
@@ -406,6 +407,39 @@ void pm_timeline_at_exit(void)
     }
     atomic_store(&tl.on, 0);
     atomic_store(&tl.busy, 0);
+}
+
+/* For the HTTP endpoint: the current part is opened and measured while no
+ * record is being written (busy taken), so a rotation cannot move it away
+ * and the copy ends at a record's end; the copy itself runs after. */
+int pm_timeline_copy_fd(int out)
+{
+    if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return 1;
+    int idle = 0;
+    while (!atomic_compare_exchange_weak(&tl.busy, &idle, 1)) {
+        idle = 0;
+        pm_os_yield();
+    }
+    int in = -2;
+    int64_t size = 0;
+    if (atomic_load_explicit(&tl.on, memory_order_relaxed) && tl.fd >= 0) {
+        in = pm_os_open(tl.path, O_RDONLY | O_CLOEXEC, 0);
+        if (in >= 0) size = pm_os_seek(in, 0, SEEK_END);
+    }
+    atomic_store(&tl.busy, 0);
+    if (in == -2) return 1;
+    if (in < 0) return -1;
+    char buf[4096];
+    int64_t at = 0;
+    int rc = pm_os_seek(in, 0, SEEK_SET) == 0 && size >= 0 ? 0 : -1;
+    while (rc == 0 && at < size) {
+        size_t want = size - at < (int64_t)sizeof buf ? (size_t)(size - at) : sizeof buf;
+        ssize_t got = pm_os_read(in, buf, want);
+        if (got <= 0 || pm_os_write_all(out, buf, (size_t)got) != 0) rc = -1;
+        else at += got;
+    }
+    pm_os_close(in);
+    return rc;
 }
 
 /* ---- the reader --------------------------------------------------------- */

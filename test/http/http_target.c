@@ -4,6 +4,8 @@
  * with a pattern and verifies it before freeing them (exit 3 on a
  * mismatch).  stdin drives it, one command a line:
  *   release   free the blocks http_held_site took at start
+ *   peak      http_peak_site takes 48 MiB, then frees it all, and prints
+ *             "peaked": the peak of live bytes is in that function
  *   fork      fork; the parent stops its server, the child serves again
  *             on :0 and prints "child <port>"
  *   EOF       stop and exit 0 (destructors stop the server)
@@ -33,6 +35,17 @@ __attribute__((noinline)) void *http_leaky_site(size_t n)
 }
 
 __attribute__((noinline)) void *http_held_site(size_t n) { return malloc(n); }
+
+enum { PEAK_BLOCKS = 768 };
+__attribute__((noinline)) void http_peak_site(void)
+{
+    static void *v[PEAK_BLOCKS];
+    for (int i = 0; i < PEAK_BLOCKS; i++) {
+        v[i] = malloc(64 << 10);
+        if (v[i]) memset(v[i], 0x3c, 64 << 10);
+    }
+    for (int i = 0; i < PEAK_BLOCKS; i++) free(v[i]);
+}
 
 static void *leaker(void *arg)
 {
@@ -122,6 +135,9 @@ int main(int argc, char **argv)
         if (strcmp(line, "release\n") == 0) {
             for (int i = 0; i < HELD; i++) free(held[i]), held[i] = NULL;
             printf("released\n");
+        } else if (strcmp(line, "peak\n") == 0) {
+            http_peak_site();
+            printf("peaked\n");
         } else if (strcmp(line, "fork\n") == 0) {
             pid_t pid = fork();
             if (pid == 0) {

@@ -219,7 +219,8 @@ def test_index(t):
     for path in ("/debug/pprof/", "/debug/pprof"):
         st, h, body = get(t.port, path)
         assert st == 200 and h["content-type"].startswith("text/html"), (st, h)
-        for link in (b"heap?debug=1", b"allocs?debug=1", b"/debug/profmalloc/stats"):
+        for link in (b"heap?debug=1", b"allocs?debug=1", b"peak?debug=1", b"/debug/profmalloc/stats",
+                     b"/debug/profmalloc/timeline"):
             assert link in body, link
     st, h, body = get(t.port, "/debug/pprof/", method="HEAD")
     assert st == 200 and body == b"" and int(h["content-length"]) > 100
@@ -299,6 +300,65 @@ def test_heap_seconds_delta(t):
         assert st == 400 and b"seconds" in body, (q, st)
     st, _, body = get(t.port, "/debug/pprof/heap?seconds=1&debug=1")
     assert st == 400 and b"incompatible" in body
+
+
+def test_peak(t):
+    t.send("peak")  # http_peak_site takes 48 MiB and frees it
+    while t.readline() != "peaked":
+        pass
+    st, h, body = get(t.port, "/debug/pprof/peak")
+    assert st == 200 and 'filename="peak"' in h["content-disposition"], (st, h)
+    p = parse_profile(body)
+    assert p["default"] == "inuse_space", p["default"]
+    by_func = {}  # each sample's innermost function of the program's own
+    for vals, names in p["samples"]:
+        own = [n for n in names if n.startswith("http_")]
+        if own:
+            by_func[own[0]] = by_func.get(own[0], 0) + vals[p["types"].index("inuse_space")]
+    top = max(by_func, key=by_func.get)
+    assert top == "http_peak_site" and by_func[top] >= 40 << 20, by_func
+    # freed since: gone from the live heap, kept in the peak
+    st, _, body = get(t.port, "/debug/pprof/heap")
+    assert site_values(parse_profile(body), "http_peak_site", "inuse_space") < by_func[top] // 10
+    st, h, body = get(t.port, "/debug/pprof/peak?debug=1")
+    assert st == 200 and h["content-type"].startswith("text/plain")
+    assert body.startswith(b"heap profile:"), body[:80]
+    assert int(body.split(b"\n")[0].split()[3]) >= 40 << 20, body[:80]  # the peak's in-use bytes
+    st, _, body = get(t.port, "/debug/pprof/peak?seconds=5")
+    assert st == 400 and b"seconds" in body, (st, body)
+    st, _, _ = get(t.port, "/debug/pprof/peak", method="POST", body=b"")
+    assert st == 405, st
+
+
+def test_timeline_absent(t):
+    st, h, body = get(t.port, "/debug/profmalloc/timeline")
+    assert st == 404 and b"PROFMALLOC_TIMELINE" in body, (st, body)
+
+
+def test_timeline():
+    path = os.path.join(TMP, "timeline.%p")
+    t = Target(env={"PROFMALLOC_TIMELINE": path, "PROFMALLOC_TIMELINE_INTERVAL": "20"})
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the file starts at the first record
+            st, h, body = get(t.port, "/debug/profmalloc/timeline")
+            lines = body.decode().split("\n")
+            if st == 200 and sum(1 for l in lines if l.startswith("R ")) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert st == 200 and h["content-type"].startswith("text/plain"), (st, body[:200])
+        head = lines[0].split()
+        assert head[:2] == ["profmalloc-timeline", "1"] and head[2] == "pid=%d" % t.p.pid, lines[0]
+        assert body.endswith(b"\n"), body[-80:]  # complete records only
+        recs = [l.split() for l in lines if l.startswith("R ")]
+        assert len(recs) >= 3 and all(len(r) >= 10 for r in recs), recs[:3]
+        times = [int(r[1]) for r in recs]
+        assert times == sorted(times) and int(recs[-1][2]) > 0, times
+        with open(path.replace("%p", str(t.p.pid)), "rb") as f:
+            assert f.read().startswith(body)  # the file's content, as far as it went
+        t.finish()
+    finally:
+        t.kill()
 
 
 def test_symbol(t):
@@ -517,9 +577,9 @@ def test_malformed_variable():
 
 PER_TARGET = [test_index, test_heap, test_heap_debug1, test_allocs, test_heap_seconds_delta,
               test_symbol, test_stats, test_go_tool_pprof, test_errors_and_fuzz, test_slowloris,
-              test_loopback_by_default]
+              test_loopback_by_default, test_peak, test_timeline_absent]
 OWN_TARGET = [test_fork_child_does_not_serve, test_exit_with_request_in_flight]
-ALONE = [test_api_start_stop, test_malformed_variable]
+ALONE = [test_api_start_stop, test_malformed_variable, test_timeline]
 
 
 def main():

@@ -1,8 +1,9 @@
 // Package profmalloc serves the C heap of a Go program that links C (cgo)
 // the way net/http/pprof serves the Go heap: the profile of every
 // allocation the C side makes through malloc, sampled by profmalloc, at
-// /debug/pprof/cheap and /debug/pprof/callocs, and the Go and C heaps
-// together in one profile at /debug/pprof/merged-heap.
+// /debug/pprof/cheap and /debug/pprof/callocs, the C heap at its peak of
+// live bytes at /debug/pprof/cpeak, and the Go and C heaps together in
+// one profile at /debug/pprof/merged-heap.
 //
 // The program must allocate through profmalloc: this package links it
 // (-lprofmalloc), so a Go binary built with it has profmalloc's malloc.
@@ -39,6 +40,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // AllocatorStats are the C allocator's exact totals at one moment
@@ -120,6 +122,27 @@ func WriteHeapProfile(w io.Writer) error {
 		_, err = w.Write(b)
 	}
 	return err
+}
+
+// dumpPeak returns the profile at the C heap's peak (profmalloc_dump_peak,
+// format 0 or 1), which the library writes only to a path: a file in a
+// directory of its own, removed after it is read.
+func dumpPeak(format int) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "profmalloc-peak-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	name := "peak.pb.gz"
+	if format == 1 {
+		name = "peak.heap" // the legacy text, chosen by the name
+	}
+	path := C.CString(dir + "/" + name)
+	defer C.free(unsafe.Pointer(path))
+	if rc, errno := C.profmalloc_dump_peak(path); rc != 0 {
+		return nil, fmt.Errorf("profmalloc: dump peak: %w", errno)
+	}
+	return os.ReadFile(dir + "/" + name)
 }
 
 func cHeap() (*profile, error) {
@@ -245,8 +268,8 @@ func serveError(w http.ResponseWriter, status int, txt string) {
 	fmt.Fprintln(w, txt)
 }
 
-// serve answers one of the paths: which is "cheap", "callocs" or
-// "merged-heap".
+// serve answers one of the paths: which is "cheap", "callocs",
+// "cpeak" or "merged-heap".
 func serve(w http.ResponseWriter, r *http.Request, which string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	debug, _ := strconv.Atoi(r.FormValue("debug"))
@@ -256,7 +279,13 @@ func serve(w http.ResponseWriter, r *http.Request, which string) {
 			serveError(w, http.StatusBadRequest, "merged-heap has no legacy text; use /debug/pprof/heap?debug=1 and /debug/pprof/cheap?debug=1")
 			return
 		}
-		b, err := dump(1)
+		var b []byte
+		var err error
+		if which == "cpeak" {
+			b, err = dumpPeak(1)
+		} else {
+			b, err = dump(1)
+		}
 		if err != nil {
 			serveError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -265,7 +294,19 @@ func serve(w http.ResponseWriter, r *http.Request, which string) {
 		w.Write(b)
 		return
 	}
+	if which == "cpeak" && secStr != "" {
+		// a peak is one moment: there is no change over seconds to show
+		serveError(w, http.StatusBadRequest, `the peak profile takes no "seconds"`)
+		return
+	}
 	take := func() (*profile, error) {
+		if which == "cpeak" {
+			b, err := dumpPeak(0)
+			if err != nil {
+				return nil, err
+			}
+			return parseProfile(b)
+		}
 		if which == "merged-heap" {
 			var b bytes.Buffer
 			if err := MergedHeap(&b); err != nil {
@@ -320,10 +361,11 @@ func serve(w http.ResponseWriter, r *http.Request, which string) {
 }
 
 // Handler serves the C heap: the request's last path element picks
-// cheap (in-use view), callocs (alloc_space view) or merged-heap (the Go
-// and C heaps in one profile); cstats answers Stats as text.  The
-// query parameters are net/http/pprof's: debug=1 (legacy text), gc
-// (ignored for the C heap), seconds=N (the change over N seconds).
+// cheap (in-use view), callocs (alloc_space view), cpeak (the C heap at
+// its peak of live bytes so far) or merged-heap (the Go and C heaps in
+// one profile); cstats answers Stats as text.  The query parameters are
+// net/http/pprof's: debug=1 (legacy text), gc (ignored for the C heap),
+// seconds=N (the change over N seconds; not for cpeak, a single moment).
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Path
@@ -332,7 +374,7 @@ func Handler() http.Handler {
 			i--
 		}
 		switch name := path[i:]; name {
-		case "cheap", "callocs", "merged-heap":
+		case "cheap", "callocs", "cpeak", "merged-heap":
 			if name == "merged-heap" && r.FormValue("gc") != "" {
 				runtime.GC()
 			}
@@ -348,11 +390,12 @@ func Handler() http.Handler {
 }
 
 // Register mounts Handler at /debug/pprof/cheap, /debug/pprof/callocs,
-// /debug/pprof/merged-heap and /debug/pprof/cstats on mux, beside
+// /debug/pprof/cpeak, /debug/pprof/merged-heap and /debug/pprof/cstats on
+// mux, beside
 // net/http/pprof's /debug/pprof/ paths.
 func Register(mux *http.ServeMux) {
 	h := Handler()
-	for _, p := range []string{"cheap", "callocs", "merged-heap", "cstats"} {
+	for _, p := range []string{"cheap", "callocs", "cpeak", "merged-heap", "cstats"} {
 		mux.Handle("/debug/pprof/"+p, h)
 	}
 }

@@ -216,3 +216,62 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("unknown path: %d", r.StatusCode)
 	}
 }
+
+func TestPeakHandler(t *testing.T) {
+	cPeak() // 48 MiB in pm_go_test_peak_site, freed again
+	mux := http.NewServeMux()
+	Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	r, b := get(t, srv.URL+"/debug/pprof/cpeak")
+	if r.StatusCode != 200 || r.Header.Get("Content-Disposition") != `attachment; filename="cpeak"` {
+		t.Fatalf("cpeak: %d %v %q", r.StatusCode, r.Header, b)
+	}
+	p, err := parseProfile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the site function holding the most in-use bytes at the peak, each
+	// sample counted once per function on its stack (cgo's _cgo_..._Cfunc_
+	// wrapper, its caller, holds the same bytes and is left out)
+	byFn := map[string]int64{}
+	for _, s := range p.Samples {
+		seen := map[string]bool{}
+		for _, l := range s.Locs {
+			for _, ln := range l.Lines {
+				if !seen[ln.Fn.Name] && strings.Contains(ln.Fn.Name, "site") && !strings.HasPrefix(ln.Fn.Name, "_cgo_") {
+					seen[ln.Fn.Name] = true
+					byFn[ln.Fn.Name] += s.Values[3]
+				}
+			}
+		}
+	}
+	top := ""
+	for fn, v := range byFn {
+		if top == "" || v > byFn[top] {
+			top = fn
+		}
+	}
+	if top != "pm_go_test_peak_site" || byFn[top] < 40<<20 {
+		t.Fatalf("the peak's top site is %q (%v)", top, byFn)
+	}
+	live, err := cHeap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var still int64
+	for _, s := range live.Samples {
+		if names(&profile{Samples: []*sample{s}}, nil)["pm_go_test_peak_site"] {
+			still += s.Values[3]
+		}
+	}
+	if still > byFn[top]/10 {
+		t.Fatalf("%d bytes of the freed peak blocks are still in the live C heap", still)
+	}
+	if r, b = get(t, srv.URL+"/debug/pprof/cpeak?debug=1"); r.StatusCode != 200 || !strings.HasPrefix(string(b), "heap profile:") {
+		t.Fatalf("cpeak?debug=1: %d %q", r.StatusCode, b)
+	}
+	if r, _ = get(t, srv.URL+"/debug/pprof/cpeak?seconds=1"); r.StatusCode != 400 {
+		t.Fatalf("cpeak?seconds=1: %d", r.StatusCode)
+	}
+}
