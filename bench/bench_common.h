@@ -212,6 +212,31 @@ __attribute__((unused)) static void parse_opts(int argc, char **argv, bench_opts
     }
 }
 
+/* A big block and the tag its bytes were written from (bigtouch, bigrepeat). */
+typedef struct { unsigned char *p; size_t n; unsigned char tag; } big_t;
+
+/* The replacement loop both big-block workloads share: o->live slots filled
+ * with make(), then o->iters times a random slot's block dropped and made
+ * anew, then all dropped.  Returns the wall time of the loop alone. */
+__attribute__((unused)) static double big_replace(const bench_opts_t *o, big_t (*make)(rng_t *),
+                                                  void (*drop)(big_t))
+{
+    rng_t r;
+    rng_seed(&r, o->seed);
+    big_t *slot = xmalloc((size_t)o->live * sizeof *slot);
+    for (long i = 0; i < o->live; i++) slot[i] = make(&r);
+    double t0 = now_sec();
+    for (long i = 0; i < o->iters; i++) {
+        uint32_t k = rng_below(&r, (uint32_t)o->live);
+        drop(slot[k]);
+        slot[k] = make(&r);
+    }
+    double t = now_sec() - t0;
+    for (long i = 0; i < o->live; i++) drop(slot[i]);
+    free(slot);
+    return t;
+}
+
 /* -m bare (churn, prodcons): 1 for bare, 0 for the default checked mode;
  * any other mode is an error. */
 __attribute__((unused)) static int bare_mode(const bench_opts_t *o)

@@ -18,8 +18,6 @@
 
 #define PAGE 4096
 
-typedef struct { unsigned char *p; size_t n; unsigned char tag; } big_t;
-
 static double touched;
 
 static big_t make(rng_t *r)
@@ -45,19 +43,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 2000, .seed = 1, .live = 8, .batch = 1};
     parse_opts(argc, argv, &o, "[-n steps] [-l live] [-s seed]");
-    rng_t r;
-    rng_seed(&r, o.seed);
-    big_t *slot = xmalloc((size_t)o.live * sizeof *slot);
-    for (long i = 0; i < o.live; i++) slot[i] = make(&r);
-    double t0 = now_sec();
-    for (long i = 0; i < o.iters; i++) {
-        uint32_t k = rng_below(&r, (uint32_t)o.live);
-        drop(slot[k]);
-        slot[k] = make(&r);
-    }
-    double t = now_sec() - t0;
-    for (long i = 0; i < o.live; i++) drop(slot[i]);
-    free(slot);
+    double t = big_replace(&o, make, drop);
     char extra[48];
     snprintf(extra, sizeof extra, "live=%ld mb_touched=%.0f", o.live, touched / 1048576.0);
     report("bigrepeat", 1, (double)o.iters, t, extra);

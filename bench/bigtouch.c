@@ -18,8 +18,6 @@
 #define MIN_SZ (64u << 10)
 #define MAX_SZ (4u << 20)
 
-typedef struct { unsigned char *p; size_t n; unsigned char tag; } big_t;
-
 static big_t make(rng_t *r)
 {
     unsigned e = 16 + rng_below(r, 6); /* 2^16 .. 2^21 */
@@ -43,19 +41,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 200000, .seed = 1, .live = 64, .batch = 1};
     parse_opts(argc, argv, &o, "[-n steps] [-l live] [-s seed]");
-    rng_t r;
-    rng_seed(&r, o.seed);
-    big_t *slot = xmalloc((size_t)o.live * sizeof *slot);
-    for (long i = 0; i < o.live; i++) slot[i] = make(&r);
-    double t0 = now_sec();
-    for (long i = 0; i < o.iters; i++) {
-        uint32_t k = rng_below(&r, (uint32_t)o.live);
-        drop(slot[k]);
-        slot[k] = make(&r);
-    }
-    double t = now_sec() - t0;
-    for (long i = 0; i < o.live; i++) drop(slot[i]);
-    free(slot);
+    double t = big_replace(&o, make, drop);
     char extra[32];
     snprintf(extra, sizeof extra, "live=%ld", o.live);
     report("bigtouch", 1, (double)o.iters, t, extra);
