@@ -330,6 +330,24 @@ static void set_rule(cfa_state_t *s, const pm_cfi_cie_t *cie, uint64_t reg, uint
     rule->reg = 0;
 }
 
+/* The factored offset operand of the *_offset_extended and val_offset ops:
+ * signed for the _sf forms, negated for the GNU one, scaled by data_align. */
+static int64_t read_factored_offset(pm_cfi_reader_t *r, const pm_cfi_cie_t *cie, uint8_t op)
+{
+    if (op == PM_CFA_OFFSET_EXTENDED_SF || op == PM_CFA_VAL_OFFSET_SF) return read_sleb(r) * cie->data_align;
+    int64_t u = (int64_t)read_uleb(r);
+    return (op == PM_CFA_GNU_NEGATIVE_OFFSET_EXTENDED ? -u : u) * cie->data_align;
+}
+
+/* DW_CFA_restore(_extended): back to the CIE's initial rule for reg, or
+ * same-value while the CIE's own instructions run (init NULL). */
+static void restore_rule(cfa_state_t *s, const pm_cfi_cie_t *cie, const cfa_state_t *init, uint64_t reg)
+{
+    pm_cfi_rule_t *rule = rule_of(s, cie, reg);
+    const pm_cfi_rule_t *orig = init ? rule_of((cfa_state_t *)init, cie, reg) : NULL;
+    if (rule) *rule = orig ? *orig : (pm_cfi_rule_t){PM_RULE_SAME, 0, 0};
+}
+
 /* Runs CFA instructions [p, end) starting at location loc, stopping before
  * the first row that starts above target.  init is the state after the
  * CIE's initial instructions (NULL while running those). */
@@ -352,12 +370,9 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const pm_cfi_cie_t *ci
             off = (int64_t)read_uleb(&r) * cie->data_align;
             set_rule(s, cie, op & 0x3f, PM_RULE_OFFSET, off);
             continue;
-        case PM_CFA_RESTORE: {
-            pm_cfi_rule_t *rule = rule_of(s, cie, op & 0x3f);
-            const pm_cfi_rule_t *orig = init ? rule_of((cfa_state_t *)init, cie, op & 0x3f) : NULL;
-            if (rule) *rule = orig ? *orig : (pm_cfi_rule_t){PM_RULE_SAME, 0, 0};
+        case PM_CFA_RESTORE:
+            restore_rule(s, cie, init, op & 0x3f);
             continue;
-        }
         default: break;
         }
         switch (op) {
@@ -377,37 +392,20 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, const pm_cfi_cie_t *ci
             if (r.ok && loc > target) return true;
             break;
         case PM_CFA_OFFSET_EXTENDED:
-            reg = read_uleb(&r);
-            off = (int64_t)read_uleb(&r) * cie->data_align;
-            set_rule(s, cie, reg, PM_RULE_OFFSET, off);
-            break;
         case PM_CFA_OFFSET_EXTENDED_SF:
-            reg = read_uleb(&r);
-            off = read_sleb(&r) * cie->data_align;
-            set_rule(s, cie, reg, PM_RULE_OFFSET, off);
-            break;
         case PM_CFA_GNU_NEGATIVE_OFFSET_EXTENDED:
-            reg = read_uleb(&r);
-            off = -(int64_t)read_uleb(&r) * cie->data_align;
-            set_rule(s, cie, reg, PM_RULE_OFFSET, off);
-            break;
         case PM_CFA_VAL_OFFSET:
-            reg = read_uleb(&r);
-            off = (int64_t)read_uleb(&r) * cie->data_align;
-            set_rule(s, cie, reg, PM_RULE_VAL_OFFSET, off);
-            break;
         case PM_CFA_VAL_OFFSET_SF:
             reg = read_uleb(&r);
-            off = read_sleb(&r) * cie->data_align;
-            set_rule(s, cie, reg, PM_RULE_VAL_OFFSET, off);
+            off = read_factored_offset(&r, cie, op);
+            set_rule(s, cie, reg,
+                     op == PM_CFA_VAL_OFFSET || op == PM_CFA_VAL_OFFSET_SF ? PM_RULE_VAL_OFFSET
+                                                                           : PM_RULE_OFFSET,
+                     off);
             break;
-        case PM_CFA_RESTORE_EXTENDED: {
-            reg = read_uleb(&r);
-            pm_cfi_rule_t *rule = rule_of(s, cie, reg);
-            const pm_cfi_rule_t *orig = init ? rule_of((cfa_state_t *)init, cie, reg) : NULL;
-            if (rule) *rule = orig ? *orig : (pm_cfi_rule_t){PM_RULE_SAME, 0, 0};
+        case PM_CFA_RESTORE_EXTENDED:
+            restore_rule(s, cie, init, read_uleb(&r));
             break;
-        }
         case PM_CFA_UNDEFINED:
             set_rule(s, cie, read_uleb(&r), PM_RULE_UNDEF, 0);
             break;
