@@ -339,6 +339,20 @@ typedef struct {
     size_t n;
 } str_t;
 
+/* The varint fields 1..nfields of message m into r->id, a, b, c, d, e in
+ * that order (a Mapping has 6, a Function 4); other fields are skipped.
+ * Returns 0 if m is malformed. */
+static int read_rec(pb_t *m, rec_t *r, unsigned nfields)
+{
+    uint64_t *slot[] = {&r->id, &r->a, &r->b, &r->c, &r->d, &r->e};
+    unsigned f, w;
+    uint64_t v;
+    pb_t sub;
+    while (pb_next(m, &f, &w, &v, &sub))
+        if (w == 0 && f >= 1 && f <= nfields) *slot[f - 1] = v;
+    return !m->bad;
+}
+
 typedef struct {
     u64vec_t locs, vals, labels_size;
     uint64_t size;
@@ -398,17 +412,7 @@ static int parse_proto(const uint8_t *data, size_t len, cli_profile_t *out, char
         }
         case 3: { /* mapping */
             if (w != 2) goto bad;
-            rec_t *r = rec_add(&maps);
-            while (pb_next(&sub, &f2, &w2, &v2, &s2)) {
-                if (w2 != 0) continue;
-                if (f2 == 1) r->id = v2;
-                else if (f2 == 2) r->a = v2;
-                else if (f2 == 3) r->b = v2;
-                else if (f2 == 4) r->c = v2;
-                else if (f2 == 5) r->d = v2;
-                else if (f2 == 6) r->e = v2;
-            }
-            if (sub.bad) goto bad;
+            if (!read_rec(&sub, rec_add(&maps), 6)) goto bad;
             break;
         }
         case 4: { /* location */
@@ -434,15 +438,7 @@ static int parse_proto(const uint8_t *data, size_t len, cli_profile_t *out, char
         }
         case 5: { /* function */
             if (w != 2) goto bad;
-            rec_t *r = rec_add(&funcs);
-            while (pb_next(&sub, &f2, &w2, &v2, &s2)) {
-                if (w2 != 0) continue;
-                if (f2 == 1) r->id = v2;
-                else if (f2 == 2) r->a = v2;
-                else if (f2 == 3) r->b = v2;
-                else if (f2 == 4) r->c = v2;
-            }
-            if (sub.bad) goto bad;
+            if (!read_rec(&sub, rec_add(&funcs), 4)) goto bad;
             break;
         }
         case 6:
