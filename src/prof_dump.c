@@ -341,17 +341,19 @@ static const char *program_name(char *buf, size_t cap)
     return *fn ? fn : "unknown";
 }
 
-int pm_dump_expand(const char *pattern, char *out, size_t cap)
+/* Expands %p, %e and %% of pattern into out (cap bytes, always
+ * terminated); name (namecap bytes) holds the link program_name reads.
+ * Returns -1 if the result was cut short. */
+static int expand(const char *pattern, char *out, size_t cap, char *name, size_t namecap)
 {
     pm_buf_t b;
-    char name[512];
     pm_buf_init(&b, out, cap - 1, -1);
     for (const char *s = pattern; *s; s++) {
         if (s[0] == '%' && s[1] == 'p') {
             pm_buf_u64(&b, (uint64_t)pm_os_getpid());
             s++;
         } else if (s[0] == '%' && s[1] == 'e') {
-            pm_buf_str(&b, program_name(name, sizeof name));
+            pm_buf_str(&b, program_name(name, namecap));
             s++;
         } else if (s[0] == '%' && s[1] == '%') {
             pm_buf_str(&b, "%");
@@ -363,6 +365,12 @@ int pm_dump_expand(const char *pattern, char *out, size_t cap)
     }
     out[b.len] = 0;
     return b.truncated ? -1 : 0;
+}
+
+int pm_dump_expand(const char *pattern, char *out, size_t cap)
+{
+    char name[512];
+    return expand(pattern, out, cap, name, sizeof name);
 }
 
 /* Expands %p (pid), %e (the program's name) and %% in PROFMALLOC_DUMP. */
@@ -377,28 +385,11 @@ void pm_dump_at_exit(void)
         return;
     }
     char *msg = path + PATH_CAP;
-    pm_buf_t b;
-    pm_buf_init(&b, path, PATH_CAP - 1, -1);
-    for (const char *s = pattern; *s; s++) {
-        if (s[0] == '%' && s[1] == 'p') {
-            pm_buf_u64(&b, (uint64_t)pm_os_getpid());
-            s++;
-        } else if (s[0] == '%' && s[1] == 'e') {
-            pm_buf_str(&b, program_name(msg, MSG_CAP));
-            s++;
-        } else if (s[0] == '%' && s[1] == '%') {
-            pm_buf_str(&b, "%");
-            s++;
-        } else {
-            char c[2] = {*s, 0};
-            pm_buf_str(&b, c);
-        }
-    }
-    path[b.len] = 0;
+    int truncated = expand(pattern, path, PATH_CAP, msg, MSG_CAP) != 0;
     /* a process that sampled nothing (a shell in a wrapper script) leaves
      * no file unless asked: test_prof's test_exit_dump_when_empty */
     int empty = !pm_options.dump_empty && !pm_sites_sampled_any();
-    int err = empty ? 0 : b.truncated ? ENAMETOOLONG : profmalloc_dump(path) == 0 ? 0 : errno;
+    int err = empty ? 0 : truncated ? ENAMETOOLONG : profmalloc_dump(path) == 0 ? 0 : errno;
     /* silent when written, unless asked; else which file and why, in
      * strerror's words from a table (strerror may allocate;
      * test_prof's test_exit_dump_messages) */
