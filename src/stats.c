@@ -192,6 +192,16 @@ static void line(pm_buf_t *b, const char *label, uint64_t v)
     pm_buf_str(b, "\n");
 }
 
+/* "LABEL N (BYTES B)": how many calls of a kind and the bytes they moved. */
+static void calls(pm_buf_t *b, const char *label, uint64_t n, uint64_t bytes)
+{
+    pm_buf_str(b, label);
+    pm_buf_u64(b, n);
+    pm_buf_str(b, " (");
+    pm_buf_u64(b, bytes);
+    pm_buf_str(b, " B)");
+}
+
 /* The text of malloc_stats and profmalloc_stats_print(TEXT). */
 static void text_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
 {
@@ -221,28 +231,13 @@ static void text_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
     line(b, "  peak live        = ", x->peak_live);
     line(b, "  page heap waits  = ", x->pageheap_lock_waits);
     line(b, "  central waits    = ", x->central_lock_waits);
-    pm_buf_str(b, "  system calls     = mmap ");
-    pm_buf_u64(b, x->mmap_calls);
-    pm_buf_str(b, " (");
-    pm_buf_u64(b, x->mmap_bytes);
-    pm_buf_str(b, " B), munmap ");
-    pm_buf_u64(b, x->munmap_calls);
-    pm_buf_str(b, " (");
-    pm_buf_u64(b, x->munmap_bytes);
-    pm_buf_str(b, " B), madvise ");
-    pm_buf_u64(b, x->madvise_calls);
-    pm_buf_str(b, " (");
-    pm_buf_u64(b, x->madvise_bytes);
-    pm_buf_str(b, " B), mremap ");
-    pm_buf_u64(b, x->mremap_calls);
-    pm_buf_str(b, " (");
-    pm_buf_u64(b, x->mremap_bytes);
-    pm_buf_str(b, " B)\n");
-    pm_buf_str(b, "  faulted-in runs  = ");
-    pm_buf_u64(b, x->faultin_calls);
-    pm_buf_str(b, " (");
-    pm_buf_u64(b, x->faultin_bytes);
-    pm_buf_str(b, " B)\n");
+    calls(b, "  system calls     = mmap ", x->mmap_calls, x->mmap_bytes);
+    calls(b, ", munmap ", x->munmap_calls, x->munmap_bytes);
+    calls(b, ", madvise ", x->madvise_calls, x->madvise_bytes);
+    calls(b, ", mremap ", x->mremap_calls, x->mremap_bytes);
+    pm_buf_str(b, "\n");
+    calls(b, "  faulted-in runs  = ", x->faultin_calls, x->faultin_bytes);
+    pm_buf_str(b, "\n");
     pm_buf_str(b, "  class    size   spans  in use  tcache central frag bytes lock waits\n");
     for (uint64_t i = 0; i < x->nclasses; i++) {
         const profmalloc_class_stats_t *k = &x->classes[i];
