@@ -417,6 +417,19 @@ static char *name(dm_t *d, bool *is_template, bool *cdtor, bool as_type, char **
 
 static char *type_inner(dm_t *d);
 
+/* A template parameter or substitution followed by template-args: the two
+ * joined, itself a substitution candidate.  Takes r; NULL on failure. */
+static char *with_args(dm_t *d, char *r)
+{
+    if (!peek(d, "I")) return r;
+    char *args = template_args(d);
+    if (!args) return free(r), NULL;
+    char *t = cat(r, args);
+    free(r), free(args);
+    add_sub(d, t);
+    return t;
+}
+
 static char *type(dm_t *d)
 {
     d->in_type++;
@@ -472,26 +485,12 @@ static char *type_inner(dm_t *d)
         r = template_param(d);
         if (!r) return NULL;
         add_sub(d, r);
-        if (peek(d, "I")) {
-            char *args = template_args(d);
-            if (!args) return free(r), NULL;
-            char *t = cat(r, args);
-            free(r), free(args);
-            r = t;
-            add_sub(d, r);
-        }
+        if (!(r = with_args(d, r))) return NULL;
     } else if (c == 'S' && !peek(d, "St")) {
         bool abbr;
         r = substitution(d, &abbr);
         if (!r) return NULL;
-        if (peek(d, "I")) {
-            char *args = template_args(d);
-            if (!args) return free(r), NULL;
-            char *t = cat(r, args);
-            free(r), free(args);
-            r = t;
-            add_sub(d, r);
-        }
+        if (!(r = with_args(d, r))) return NULL;
     } else if (c == 'N' || c == 'Z' || c == 'S' || isdigit((unsigned char)c)) {
         bool tmpl, cdtor;
         r = name(d, &tmpl, &cdtor, true, NULL);
