@@ -11,6 +11,7 @@
 #include "cli.h"
 
 #include <elf.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,22 @@ typedef struct {
     uint32_t file; /* index into obj files */
     uint32_t line : 31, end : 1;
 } row_t;
+
+/* How many of the n elements of base (each `size` bytes, sorted by the
+ * address they start with: sym_t and row_t) start at or below a. */
+_Static_assert(offsetof(sym_t, addr) == 0 && offsetof(row_t, addr) == 0, "addr leads");
+static size_t at_or_below(const void *base, size_t n, size_t size, uint64_t a)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t at;
+        memcpy(&at, (const char *)base + mid * size, sizeof at);
+        if (at <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
 
 typedef struct {
     const uint8_t *base;
@@ -201,12 +218,7 @@ static void load_syms(obj_t *o, const image_t *im, unsigned type)
 
 static const char *find_sym(const obj_t *o, uint64_t a)
 {
-    size_t lo = 0, hi = o->nsyms;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (o->syms[mid].addr <= a) lo = mid + 1;
-        else hi = mid;
-    }
+    size_t lo = at_or_below(o->syms, o->nsyms, sizeof *o->syms, a);
     /* the closest symbols at or below a: a sized one that covers it, or an
      * unsized one (assembler labels) when nothing sized covers it */
     for (size_t k = lo, tries = 0; k-- > 0 && tries < 8; tries++) {
@@ -494,12 +506,7 @@ static void load_lines(obj_t *o, const image_t *im)
 
 static const row_t *find_row(const obj_t *o, uint64_t a)
 {
-    size_t lo = 0, hi = o->nrows;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (o->rows[mid].addr <= a) lo = mid + 1;
-        else hi = mid;
-    }
+    size_t lo = at_or_below(o->rows, o->nrows, sizeof *o->rows, a);
     if (!lo) return NULL;
     const row_t *r = &o->rows[lo - 1];
     /* a sequence at address 0 is code the linker dropped */
