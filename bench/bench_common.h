@@ -212,8 +212,13 @@ __attribute__((unused)) static void parse_opts(int argc, char **argv, bench_opts
     }
 }
 
-/* A big block and the tag its bytes were written from (bigtouch, bigrepeat). */
-typedef struct { unsigned char *p; size_t n; unsigned char tag; } big_t;
+/* A big block and the tag its bytes were written from (bigtouch, bigrepeat,
+ * bigmix). */
+typedef struct {
+    unsigned char *p;
+    size_t n; /* requested size */
+    unsigned char tag;
+} big_t;
 
 /* The replacement loop both big-block workloads share: o->live slots filled
  * with make(), then o->iters times a random slot's block dropped and made

@@ -33,21 +33,16 @@
 #define N_AL 8                 /* 16 KiB .. 2 MiB */
 #define MAX_MALLOC (3u << 20)
 
-typedef struct {
-    unsigned char *p;
-    size_t n;             /* requested size */
-    unsigned char tag;
-} big_t;
-
 static int pages_mode;
+static long step; /* blocks made so far: the tag of the next */
 
 /* The last byte written into a block of n bytes. */
 static size_t last_written(size_t n) { return pages_mode ? (n - 1) / PAGE * PAGE : 0; }
 
 /* The tag is never 0, so a block left unwritten (a fresh zero page) fails. */
-static big_t big_new(rng_t *r, long step)
+static big_t big_new(rng_t *r)
 {
-    big_t b = {NULL, 0, (unsigned char)(step % 255 + 1)};
+    big_t b = {NULL, 0, (unsigned char)(step++ % 255 + 1)};
     if (rng_below(r, 2)) {
         size_t al = (size_t)MIN_AL << rng_below(r, N_AL);
         b.n = (al / 2 + rng_below(r, 3 * (uint32_t)al) + al - 1) / al * al;
@@ -76,20 +71,7 @@ int main(int argc, char **argv)
     const char *mode = o.mode ? o.mode : "pages";
     if (strcmp(mode, "pages") != 0 && strcmp(mode, "first") != 0) die("unknown mode %s (pages or first)", mode);
     pages_mode = strcmp(mode, "pages") == 0;
-    rng_t r;
-    rng_seed(&r, o.seed);
-    big_t *slot = xmalloc(sizeof *slot * (size_t)o.live);
-    long step = 0;
-    for (long i = 0; i < o.live; i++) slot[i] = big_new(&r, step++);
-    double t0 = now_sec();
-    for (long i = 0; i < o.iters; i++) {
-        uint32_t k = rng_below(&r, (uint32_t)o.live);
-        big_free(slot[k]);
-        slot[k] = big_new(&r, step++);
-    }
-    double t = now_sec() - t0;
-    for (long i = 0; i < o.live; i++) big_free(slot[i]);
-    free(slot);
+    double t = big_replace(&o, big_new, big_free);
     char extra[64];
     snprintf(extra, sizeof extra, "live=%ld mode=%s", o.live, mode);
     report("bigmix", 1, (double)o.iters, t, extra);
