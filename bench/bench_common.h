@@ -273,4 +273,31 @@ __attribute__((unused)) static void xpthread_join(pthread_t t)
     if (e) die("pthread_join: %s", strerror(e));
 }
 
+/* np zeroed, cache-line aligned elements of `size` bytes, one per pair of
+ * threads (server, prodcons). */
+__attribute__((unused)) static void *pairs_new(int np, size_t size)
+{
+    void *q = aligned_alloc(64, size * (size_t)np);
+    if (!q) die("aligned_alloc returned NULL");
+    memset(q, 0, size * (size_t)np);
+    return q;
+}
+
+/* Starts a(&q[i]) and b(&q[i]) for each of the np pairs and joins all 2*np
+ * threads.  Returns the wall time from the first start to the last join. */
+__attribute__((unused)) static double pairs_run(void *q, size_t size, int np, void *(*a)(void *),
+                                                void *(*b)(void *))
+{
+    pthread_t *tid = xmalloc(sizeof *tid * 2 * (size_t)np);
+    double t0 = now_sec();
+    for (int i = 0; i < np; i++) {
+        xpthread_create(&tid[2 * i], a, (char *)q + (size_t)i * size);
+        xpthread_create(&tid[2 * i + 1], b, (char *)q + (size_t)i * size);
+    }
+    for (int i = 0; i < 2 * np; i++) xpthread_join(tid[i]);
+    double t = now_sec() - t0;
+    free(tid);
+    return t;
+}
+
 #endif

@@ -97,24 +97,15 @@ int main(int argc, char **argv)
     parse_opts(argc, argv, &o, "[-t pairs] [-n blocks_per_producer] [-b batch] [-s seed] [-m bare]");
     int bare = bare_mode(&o);
     int np = o.threads;
-    pair_t *q = aligned_alloc(64, sizeof *q * (size_t)np);
-    if (!q) die("aligned_alloc returned NULL");
-    pthread_t *tid = xmalloc(sizeof *tid * 2 * (size_t)np);
+    pair_t *q = pairs_new(np, sizeof *q);
     for (int i = 0; i < np; i++) {
-        memset(&q[i], 0, sizeof q[i]);
         q[i].n = o.iters;
         q[i].batch = o.batch;
         q[i].seed = o.seed * 7919u + (uint64_t)i;
         q[i].bare = bare;
         q[i].items = xmalloc(sizeof(slot_t) * QLEN * (size_t)o.batch);
     }
-    double t0 = now_sec();
-    for (int i = 0; i < np; i++) {
-        xpthread_create(&tid[2 * i], consumer, &q[i]);
-        xpthread_create(&tid[2 * i + 1], producer, &q[i]);
-    }
-    for (int i = 0; i < 2 * np; i++) xpthread_join(tid[i]);
-    double t = now_sec() - t0;
+    double t = pairs_run(q, sizeof *q, np, consumer, producer);
     for (int i = 0; i < np; i++) {
         if (q[i].freed != o.iters) die("pair %d freed %ld of %ld blocks", i, q[i].freed, o.iters);
         free(q[i].items);
@@ -123,6 +114,5 @@ int main(int argc, char **argv)
     snprintf(extra, sizeof extra, "pairs=%d batch=%ld mode=%s", np, o.batch, bare ? "bare" : "checked");
     report("prodcons", 2 * np, (double)o.iters * np, t, extra);
     free(q);
-    free(tid);
     return 0;
 }

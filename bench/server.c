@@ -134,21 +134,12 @@ int main(int argc, char **argv)
     bench_opts_t o = {.threads = 1, .iters = 100000, .seed = 1, .live = 1, .batch = 1};
     parse_opts(argc, argv, &o, "[-t pairs] [-n requests] [-s seed]");
     int np = o.threads;
-    pair_t *q = aligned_alloc(64, sizeof *q * (size_t)np);
-    if (!q) die("aligned_alloc returned NULL");
-    pthread_t *tid = xmalloc(sizeof *tid * 2 * (size_t)np);
+    pair_t *q = pairs_new(np, sizeof *q);
     for (int i = 0; i < np; i++) {
-        memset(&q[i], 0, sizeof q[i]);
         q[i].n = o.iters;
         q[i].seed = o.seed * 7919u + (uint64_t)i;
     }
-    double t0 = now_sec();
-    for (int i = 0; i < np; i++) {
-        xpthread_create(&tid[2 * i], worker, &q[i]);
-        xpthread_create(&tid[2 * i + 1], acceptor, &q[i]);
-    }
-    for (int i = 0; i < 2 * np; i++) xpthread_join(tid[i]);
-    double t = now_sec() - t0;
+    double t = pairs_run(q, sizeof *q, np, worker, acceptor);
     long blocks = 0;
     for (int i = 0; i < np; i++) {
         if (q[i].blocks_freed != q[i].blocks_made)
@@ -159,6 +150,5 @@ int main(int argc, char **argv)
     snprintf(extra, sizeof extra, "pairs=%d requests=%ld", np, o.iters * np);
     report("server", 2 * np, (double)blocks, t, extra);
     free(q);
-    free(tid);
     return 0;
 }
