@@ -59,6 +59,15 @@ static void put(pm_buf_t *b, const char *s, size_t n)
 
 void pm_buf_str(pm_buf_t *b, const char *s) { put(b, s, pm_fmt_strlen(s)); }
 
+void pm_fmt_join(char *out, size_t cap, const char *a, const char *b)
+{
+    pm_buf_t buf;
+    pm_buf_init(&buf, out, cap - 1, -1);
+    pm_buf_str(&buf, a);
+    pm_buf_str(&buf, b);
+    out[buf.len] = 0;
+}
+
 size_t pm_fmt_u64(char *out, uint64_t v)
 {
     char tmp[20];

@@ -19,10 +19,6 @@ void pm_guard_init(void)
 void pm_guard_double_free(const char *what, const void *p)
 {
     char msg[96];
-    pm_buf_t b;
-    pm_buf_init(&b, msg, sizeof msg - 1, -1);
-    pm_buf_str(&b, what);
-    pm_buf_str(&b, ": double free detected");
-    msg[b.len] = 0;
+    pm_fmt_join(msg, sizeof msg, what, ": double free detected");
     pm_os_fatal(msg, p, 1);
 }

@@ -29,6 +29,8 @@ int pm_buf_flush(pm_buf_t *b);
  * 1024).  Returns 0 and sets *out, or -1 for anything else. */
 int pm_fmt_parse_size(const char *s, uint64_t *out);
 size_t pm_fmt_strlen(const char *s);
+/* a then b into out (cap bytes), cut short to fit, always terminated. */
+void pm_fmt_join(char *out, size_t cap, const char *a, const char *b);
 int pm_fmt_streq(const char *a, const char *b);
 /* strerror's text for the common errnos of file writes, else NULL. */
 const char *pm_fmt_errno_text(int err);

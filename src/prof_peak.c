@@ -248,21 +248,11 @@ static int dump_held(held_copy_t *h, const char *path, int fd, int format, int m
     pm_prof_view_t view = {.mode = mode, .base = c.v, .nbase = c.n};
     if (info.taken) {
         char what[48];
-        pm_buf_t b;
-        pm_buf_init(&b, what, sizeof what - 1, -1);
-        pm_buf_str(&b, label);
-        pm_buf_str(&b, "_in_use");
-        what[b.len] = 0;
+        pm_fmt_join(what, sizeof what, label, "_in_use");
         note(notes[0], sizeof notes[0], what, info.in_use, " bytes");
-        pm_buf_init(&b, what, sizeof what - 1, -1);
-        pm_buf_str(&b, label);
-        pm_buf_str(&b, "_time");
-        what[b.len] = 0;
+        pm_fmt_join(what, sizeof what, label, "_time");
         note(notes[1], sizeof notes[1], what, info.time_ns, " ns since the epoch");
-        pm_buf_init(&b, what, sizeof what - 1, -1);
-        pm_buf_str(&b, label);
-        pm_buf_str(&b, "_estimate");
-        what[b.len] = 0;
+        pm_fmt_join(what, sizeof what, label, "_estimate");
         note(notes[2], sizeof notes[2], what, info.estimate, " bytes");
         for (int i = 0; i < 3; i++) view.notes[i] = notes[i];
     }

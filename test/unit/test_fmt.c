@@ -81,6 +81,22 @@ static void test_fmt_buf(void **state)
     assert_false(pm_fmt_streq("ab", "abc"));
 }
 
+/* pm_fmt_join: both parts, or as much as fits and a terminator, never a
+ * byte past cap (the peak notes' and the double-free message's names). */
+static void test_fmt_join(void **state)
+{
+    (void)state;
+    char out[12];
+    pm_fmt_join(out, sizeof out, "peak", "_in_use");
+    assert_string_equal(out, "peak_in_use");
+    out[sizeof out - 1] = '#';
+    pm_fmt_join(out, 8, "free", ": double free");
+    assert_string_equal(out, "free: d");
+    assert_int_equal(out[sizeof out - 1], '#');
+    pm_fmt_join(out, sizeof out, "", "");
+    assert_string_equal(out, "");
+}
+
 
 /* ====================================================================== */
 
@@ -110,6 +126,7 @@ int main(void)
     const struct CMUnitTest fmt[] = {
         cmocka_unit_test(test_fmt_parse_size),
         cmocka_unit_test(test_fmt_buf),
+        cmocka_unit_test(test_fmt_join),
         cmocka_unit_test(test_errno_text),
     };
     int failed = 0;
