@@ -151,6 +151,17 @@ func ints(f field, out []uint64) ([]uint64, error) {
 }
 
 // parseProfile reads a profile, gzip'd or not.
+// varints stores field n of message b (1 <= n <= len(out)) in out[n-1]
+// and skips the others: the all-scalar messages of profile.proto.
+func varints(b []byte, out []uint64) error {
+	return fields(b, func(f field) error {
+		if f.num >= 1 && f.num <= len(out) {
+			out[f.num-1] = f.v
+		}
+		return nil
+	})
+}
+
 func parseProfile(data []byte) (*profile, error) {
 	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
 		z, err := gzip.NewReader(bytes.NewReader(data))
@@ -185,21 +196,12 @@ func parseProfile(data []byte) (*profile, error) {
 	var maps []*mapping
 	var mapStr [][2]uint64
 	p := &profile{}
-	pair := func(b []byte) (r [2]uint64, err error) {
-		err = fields(b, func(f field) error {
-			if f.num == 1 || f.num == 2 {
-				r[f.num-1] = f.v
-			}
-			return nil
-		})
-		return
-	}
 	err := fields(data, func(f field) error {
 		var err error
 		switch f.num {
 		case 1:
 			var vt [2]uint64
-			vt, err = pair(f.b)
+			err = varints(f.b, vt[:])
 			types = append(types, vt)
 		case 2:
 			var s rawSample
@@ -212,47 +214,19 @@ func parseProfile(data []byte) (*profile, error) {
 					s.vals, err = ints(g, s.vals)
 				case 3:
 					var l [4]uint64
-					err = fields(g.b, func(h field) error {
-						if h.num >= 1 && h.num <= 4 {
-							l[h.num-1] = h.v
-						}
-						return nil
-					})
+					err = varints(g.b, l[:])
 					s.labels = append(s.labels, l)
 				}
 				return err
 			})
 			samples = append(samples, s)
 		case 3:
-			m := &mapping{}
-			var ms [2]uint64
-			err = fields(f.b, func(g field) error {
-				switch g.num {
-				case 1:
-					m.ID = g.v
-				case 2:
-					m.Start = g.v
-				case 3:
-					m.Limit = g.v
-				case 4:
-					m.Offset = g.v
-				case 5:
-					ms[0] = g.v
-				case 6:
-					ms[1] = g.v
-				case 7:
-					m.HasFunctions = g.v != 0
-				case 8:
-					m.HasFilenames = g.v != 0
-				case 9:
-					m.HasLineNumbers = g.v != 0
-				case 10:
-					m.HasInlineFrames = g.v != 0
-				}
-				return nil
-			})
-			maps = append(maps, m)
-			mapStr = append(mapStr, ms)
+			var v [10]uint64
+			err = varints(f.b, v[:])
+			maps = append(maps, &mapping{ID: v[0], Start: v[1], Limit: v[2], Offset: v[3],
+				HasFunctions: v[6] != 0, HasFilenames: v[7] != 0,
+				HasLineNumbers: v[8] != 0, HasInlineFrames: v[9] != 0})
+			mapStr = append(mapStr, [2]uint64{v[4], v[5]})
 		case 4:
 			l := rawLoc{loc: &location{}}
 			err = fields(f.b, func(g field) error {
@@ -266,7 +240,7 @@ func parseProfile(data []byte) (*profile, error) {
 					l.loc.Address = g.v
 				case 4:
 					var ln [2]uint64
-					ln, err = pair(g.b)
+					err = varints(g.b, ln[:])
 					l.lines = append(l.lines, ln)
 				case 5:
 					l.loc.IsFolded = g.v != 0
@@ -275,23 +249,10 @@ func parseProfile(data []byte) (*profile, error) {
 			})
 			locs = append(locs, l)
 		case 5:
-			fn := rawFn{fn: &function{}}
-			err = fields(f.b, func(g field) error {
-				switch g.num {
-				case 1:
-					fn.fn.ID = g.v
-				case 2:
-					fn.name = g.v
-				case 3:
-					fn.sys = g.v
-				case 4:
-					fn.file = g.v
-				case 5:
-					fn.fn.StartLine = int64(g.v)
-				}
-				return nil
-			})
-			fns = append(fns, fn)
+			var v [5]uint64
+			err = varints(f.b, v[:])
+			fns = append(fns, rawFn{fn: &function{ID: v[0], StartLine: int64(v[4])},
+				name: v[1], sys: v[2], file: v[3]})
 		case 6:
 			strs = append(strs, string(f.b))
 		case 7:
@@ -303,7 +264,8 @@ func parseProfile(data []byte) (*profile, error) {
 		case 10:
 			p.DurationNanos = int64(f.v)
 		case 11:
-			period, err = pair(f.b)
+			period = [2]uint64{} // the last period_type wins whole
+			err = varints(f.b, period[:])
 		case 12:
 			p.Period = int64(f.v)
 		case 13:
