@@ -32,21 +32,9 @@ uint64_t pm_cfi_read_fixed(pm_cfi_reader_t *r, unsigned size)
     return v;
 }
 
-static uint64_t read_uleb(pm_cfi_reader_t *r)
-{
-    uint64_t v = 0;
-    unsigned shift = 0;
-    while (r->ok && r->p < r->end) {
-        uint8_t b = *r->p++;
-        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-        shift += 7;
-        if (!(b & 0x80)) return v;
-    }
-    r->ok = false;
-    return 0;
-}
-
-static int64_t read_sleb(pm_cfi_reader_t *r)
+/* A LEB128 number; a signed one is sign-extended from bit 6 of its last
+ * byte.  Running off the end clears r->ok and reads 0. */
+static inline uint64_t read_leb(pm_cfi_reader_t *r, bool is_signed)
 {
     uint64_t v = 0;
     unsigned shift = 0;
@@ -55,13 +43,16 @@ static int64_t read_sleb(pm_cfi_reader_t *r)
         if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
         shift += 7;
         if (!(b & 0x80)) {
-            if (shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
-            return (int64_t)v;
+            if (is_signed && shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
+            return v;
         }
     }
     r->ok = false;
     return 0;
 }
+
+static uint64_t read_uleb(pm_cfi_reader_t *r) { return read_leb(r, false); }
+static int64_t read_sleb(pm_cfi_reader_t *r) { return (int64_t)read_leb(r, true); }
 
 /* Reads a pointer in DW_EH_PE encoding `enc`.  datarel is relative to
  * `dbase` (the .eh_frame_hdr on x86-64).  Returns false when the encoding
