@@ -33,6 +33,7 @@ BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds
     mixed mixed-mt medium server tide bigtouch bigrepeat"
+WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
 WORKLOADS=$WORKLOADS_ALL
