@@ -43,7 +43,6 @@ void pm_hunt_tick(void);
  * paths (refill, overflow, large blocks), outside every lock. */
 extern int pm_hunt_clocked;
 void pm_hunt_slow_path(pm_tcache_t *t);
-void pm_hunt_totals(pm_hunt_totals_t *out); /* pm_sites_totals */
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
 uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */
 /* A copy of the site table, sorted by site; mapped memory. */

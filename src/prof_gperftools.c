@@ -52,7 +52,7 @@ static void start(const char *p)
     /* gperftools' profile is exact: every allocation, unless the user chose */
     if (!pm_options.sample_rate_set && pm_sampler_rate() != 1) profmalloc_set_sample_rate(1);
     pm_hunt_totals_t tot;
-    pm_hunt_totals(&tot);
+    pm_sites_totals(&tot);
     gp.every_bytes = pm_options.hp_alloc_interval;
     gp.every_inuse = pm_options.hp_inuse_interval;
     gp.every_ns = pm_options.hp_time_interval * 1000000000ull;

@@ -24,8 +24,6 @@ static held_copy_t peak = {.lock = PM_LOCK_INIT}, mark = {.lock = PM_LOCK_INIT};
 static _Atomic uint64_t next_peak_fx;
 static _Atomic int peak_busy;
 
-void pm_hunt_totals(pm_hunt_totals_t *out) { pm_sites_totals(out); }
-
 uint64_t pm_hunt_peak_live(void) { return pm_relaxed_load(&max_estimate); }
 
 uint64_t pm_hunt_live_bytes(void)

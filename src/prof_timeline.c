@@ -286,7 +286,7 @@ static void record(uint64_t now, int at_exit)
     if (hi < live) hi = live;
     if (lo > live) lo = live;
     pm_hunt_totals_t tot;
-    pm_hunt_totals(&tot);
+    pm_sites_totals(&tot);
     profmalloc_stats_t st;
     pm_stats_collect(&st);
     /* at rate 0 there are no samples: live bytes are the allocator's
