@@ -31,7 +31,7 @@ uint64_t pm_sites_live_low(uint64_t restart);
 int pm_dump_view(const char *path, int format, const pm_prof_view_t *view);
 /* profmalloc_dump_fd with a view (NULL: the live table). */
 int pm_dump_fd_view(int fd, int format, const pm_prof_view_t *view);
-/* Expands %p and %% of pattern into out (cap bytes); -1 when too long. */
+/* Expands %p, %e and %% of pattern into out (cap bytes); -1 when too long. */
 int pm_dump_expand(const char *pattern, char *out, size_t cap);
 
 /* ---- prof_peak.c: the peak and the mark -------------------------------- */

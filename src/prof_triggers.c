@@ -111,7 +111,6 @@ static _Atomic uint64_t own_seq;
 /* <prefix>.<pid>.<seq>.<kind>.pb.gz */
 static void own_fire(pm_trigger_t *t, const char *kind)
 {
-    (void)t;
     enum { CAP = 4096 };
     char *mem = pm_os_map(2 * CAP, 0);
     if (!mem) return;
