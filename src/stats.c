@@ -244,14 +244,10 @@ static void text_stats(pm_buf_t *b, const profmalloc_stats_ex_t *x)
         if (!k->spans && !k->thread_cache) continue;
         const uint64_t v[7] = {k->size, k->spans, k->in_use, k->thread_cache, k->central, k->fragmentation,
                                k->lock_waits};
-        static const int width[8] = {7, 8, 8, 8, 8, 8, 10, 11};
-        char num[24];
-        pm_buf_t nb;
+        static const size_t width[8] = {7, 8, 8, 8, 8, 8, 10, 11};
+        char num[32];
         for (int f = -1; f < 7; f++) {
-            pm_buf_init(&nb, num, sizeof num, -1);
-            pm_buf_u64(&nb, f < 0 ? i + 1 : v[f]);
-            for (size_t pad = nb.len; pad < (size_t)width[f + 1]; pad++) pm_buf_str(b, " ");
-            num[nb.len] = 0;
+            num[pm_fmt_u64_pad(num, f < 0 ? i + 1 : v[f], width[f + 1])] = 0;
             pm_buf_str(b, num);
         }
         pm_buf_str(b, "\n");
