@@ -59,6 +59,17 @@ void pm_hunt_at_exit(void);
 int pm_hunt_dump_peak_fd(int fd, int format);
 void pm_hunt_lock_all(void);
 void pm_hunt_unlock_all(int child);
+/* Waits for a `busy` flag (the timeline's, a trigger set's) and takes it:
+ * the exit, public calls and the HTTP server must not skip their turn;
+ * the sample path tries once and goes on (test_hunt's test_gperftools_api). */
+static inline void pm_hunt_busy_take(_Atomic int *busy)
+{
+    int idle = 0;
+    while (!atomic_compare_exchange_weak(busy, &idle, 1)) {
+        idle = 0;
+        pm_os_yield();
+    }
+}
 
 /* ---- prof_triggers.c -------------------------------------------------- */
 void pm_triggers_init(void);

@@ -92,11 +92,7 @@ PM_EXPORT void HeapProfilerStop(void)
 {
     atomic_store(&gp.armed, 0);
     /* a dump under way finishes with the prefix before it may change */
-    int idle = 0;
-    while (!atomic_compare_exchange_weak(&gp.busy, &idle, 1)) {
-        idle = 0;
-        pm_os_yield();
-    }
+    pm_hunt_busy_take(&gp.busy);
     atomic_store(&gp.busy, 0);
     atomic_store(&running, 0);
 }
@@ -108,11 +104,7 @@ PM_EXPORT void HeapProfilerDump(const char *reason)
     (void)reason;
     if (!atomic_load(&gp.armed)) return;
     /* one dump at a time with the triggers' */
-    int idle = 0;
-    while (!atomic_compare_exchange_weak(&gp.busy, &idle, 1)) {
-        idle = 0;
-        pm_os_yield();
-    }
+    pm_hunt_busy_take(&gp.busy);
     gp_fire(&gp, "dump");
     atomic_store(&gp.busy, 0);
 }

@@ -387,11 +387,7 @@ void pm_timeline_child(void) { atomic_store(&tl.busy, 0); }
 void pm_timeline_at_exit(void)
 {
     if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return;
-    int idle = 0;
-    while (!atomic_compare_exchange_weak(&tl.busy, &idle, 1)) {
-        idle = 0;
-        pm_os_yield();
-    }
+    pm_hunt_busy_take(&tl.busy);
     uint64_t now = pm_os_monotonic_ns();
     record(now, 1);
     if (tl.fd >= 0) {
@@ -415,11 +411,7 @@ void pm_timeline_at_exit(void)
 int pm_timeline_copy_fd(int out)
 {
     if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return 1;
-    int idle = 0;
-    while (!atomic_compare_exchange_weak(&tl.busy, &idle, 1)) {
-        idle = 0;
-        pm_os_yield();
-    }
+    pm_hunt_busy_take(&tl.busy);
     int in = -2;
     int64_t size = 0;
     if (atomic_load_explicit(&tl.on, memory_order_relaxed) && tl.fd >= 0) {
