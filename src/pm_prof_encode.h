@@ -45,5 +45,9 @@ void pm_encode_msg(pm_ebuf_t *b, unsigned field, const pm_ebuf_t *sub);
 /* Writes data[0..len) to fd as a gzip file of stored deflate blocks.
  * 0, or -1 with errno. */
 int pm_encode_gzip(int fd, const uint8_t *data, size_t len);
+/* Heapsort of n items of `size` bytes into the order of before(a, b, ctx)
+ * ("a goes first"): no qsort, which may allocate; no recursion. */
+typedef bool (*pm_encode_before_fn)(const void *a, const void *b, const void *ctx);
+void pm_encode_sort(void *base, size_t n, size_t size, pm_encode_before_fn before, const void *ctx);
 
 #endif

@@ -182,3 +182,34 @@ int pm_encode_gzip(int fd, const uint8_t *data, size_t len)
     put_le32(trailer + 4, (uint32_t)len);
     return pm_os_write_all(fd, trailer, sizeof trailer);
 }
+
+/* ---- heapsort ----------------------------------------------------------- */
+
+static void swap_items(uint8_t *a, uint8_t *b, size_t size)
+{
+    for (size_t i = 0; i < size; i++) {
+        uint8_t t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+}
+
+/* A max-heap of `before`: the root is the item that goes last. */
+static void sift(uint8_t *v, size_t root, size_t n, size_t size, pm_encode_before_fn before, const void *ctx)
+{
+    for (size_t c; (c = 2 * root + 1) < n; root = c) {
+        if (c + 1 < n && before(v + c * size, v + (c + 1) * size, ctx)) c++;
+        if (!before(v + root * size, v + c * size, ctx)) return;
+        swap_items(v + root * size, v + c * size, size);
+    }
+}
+
+void pm_encode_sort(void *base, size_t n, size_t size, pm_encode_before_fn before, const void *ctx)
+{
+    uint8_t *v = base;
+    for (size_t i = n / 2; i-- > 0;) sift(v, i, n, size, before, ctx);
+    for (size_t end = n; end-- > 1;) {
+        swap_items(v, v + end * size, size);
+        sift(v, 0, end, size, before, ctx);
+    }
+}

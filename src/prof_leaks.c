@@ -27,31 +27,14 @@ static double root(double x)
     return r;
 }
 
-static void sift(leak_t *v, size_t root_i, size_t n, int by_bytes)
+/* Ascending by stack, or descending by bytes (*ctx nonzero). */
+static bool leak_before(const void *pa, const void *pb, const void *ctx)
 {
-    for (size_t c; (c = 2 * root_i + 1) < n; root_i = c) {
-        /* a max-heap of the order's reverse: sorted ascending by stack, or
-         * descending by bytes */
-#define LESS(a, b) (by_bytes ? (a).bytes > (b).bytes : (uintptr_t)(a).stack < (uintptr_t)(b).stack)
-        if (c + 1 < n && LESS(v[c], v[c + 1])) c++;
-        if (!LESS(v[root_i], v[c])) return;
-#undef LESS
-        leak_t t = v[root_i];
-        v[root_i] = v[c];
-        v[c] = t;
-    }
+    const leak_t *a = pa, *b = pb;
+    return *(const int *)ctx ? a->bytes > b->bytes : (uintptr_t)a->stack < (uintptr_t)b->stack;
 }
 
-static void sort_leaks(leak_t *v, size_t n, int by_bytes)
-{
-    for (size_t i = n / 2; i-- > 0;) sift(v, i, n, by_bytes);
-    for (size_t end = n; end-- > 1;) {
-        leak_t t = v[0];
-        v[0] = v[end];
-        v[end] = t;
-        sift(v, 0, end, by_bytes);
-    }
-}
+static void sort_leaks(leak_t *v, size_t n, int by_bytes) { pm_encode_sort(v, n, sizeof *v, leak_before, &by_bytes); }
 
 typedef struct names {
     char *pool;

@@ -7,6 +7,7 @@
  * mark.lock, which guard only a pointer swap or a memcpy (no other lock is
  * taken under them; the fork handlers take them first). */
 #include "pm_hunt.h"
+#include "pm_prof_encode.h"
 
 #include <errno.h>
 
@@ -35,27 +36,10 @@ uint64_t pm_hunt_live_bytes(void)
 
 /* ---- copies of the site table ----------------------------------------- */
 
-static void sift(pm_site_count_t *v, size_t root, size_t n)
+static bool site_before(const void *a, const void *b, const void *ctx)
 {
-    for (size_t child; (child = 2 * root + 1) < n; root = child) {
-        if (child + 1 < n && (uintptr_t)v[child].site < (uintptr_t)v[child + 1].site) child++;
-        if ((uintptr_t)v[root].site >= (uintptr_t)v[child].site) return;
-        pm_site_count_t t = v[root];
-        v[root] = v[child];
-        v[child] = t;
-    }
-}
-
-/* Heap sort by site (no qsort: it may allocate). */
-static void sort_by_site(pm_site_count_t *v, size_t n)
-{
-    for (size_t i = n / 2; i-- > 0;) sift(v, i, n);
-    for (size_t end = n; end-- > 1;) {
-        pm_site_count_t t = v[0];
-        v[0] = v[end];
-        v[end] = t;
-        sift(v, 0, end);
-    }
+    (void)ctx;
+    return (uintptr_t)((const pm_site_count_t *)a)->site < (uintptr_t)((const pm_site_count_t *)b)->site;
 }
 
 int pm_hunt_copy_take(pm_site_copy_t *c)
@@ -78,7 +62,7 @@ int pm_hunt_copy_take(pm_site_copy_t *c)
         size_t room = c->bytes / sizeof(pm_site_count_t);
         size_t n = pm_sites_copy(c->v, room);
         if (n > room) continue; /* sites were added meanwhile */
-        sort_by_site(c->v, n);
+        pm_encode_sort(c->v, n, sizeof *c->v, site_before, NULL);
         c->n = n;
         return 0;
     }

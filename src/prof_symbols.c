@@ -359,35 +359,12 @@ static void memory_syms(pm_symbols_t *w, const struct dl_phdr_info *info)
         add_sym(w, &((const ElfW(Sym) *)symtab)[j], (const char *)strtab, strsz);
 }
 
-static bool sym_before(const sym_t *a, const sym_t *b)
+/* By address, best rank first among equal addresses. */
+static bool sym_before(const void *pa, const void *pb, const void *ctx)
 {
+    const sym_t *a = pa, *b = pb;
+    (void)ctx;
     return a->addr != b->addr ? a->addr < b->addr : a->rank > b->rank;
-}
-
-static void sift_down(sym_t *v, size_t root, size_t n)
-{
-    for (;;) {
-        size_t c = 2 * root + 1;
-        if (c >= n) return;
-        if (c + 1 < n && sym_before(&v[c], &v[c + 1])) c++;
-        if (!sym_before(&v[root], &v[c])) return;
-        sym_t t = v[root];
-        v[root] = v[c];
-        v[c] = t;
-        root = c;
-    }
-}
-
-/* Heapsort: by address, best rank first among equal addresses. */
-static void sort_syms(sym_t *v, size_t n)
-{
-    for (size_t i = n / 2; i-- > 0;) sift_down(v, i, n);
-    for (size_t end = n; end > 1; end--) {
-        sym_t t = v[0];
-        v[0] = v[end - 1];
-        v[end - 1] = t;
-        sift_down(v, 0, end - 1);
-    }
 }
 
 /* The symbol containing link-time address a, or NULL. */
@@ -446,7 +423,7 @@ static void symbolize(pm_symbols_t *w, const struct dl_phdr_info *info,
 
     sym_t *v = (sym_t *)w->syms.p;
     size_t nsyms = PM_SYM_COUNT(w->syms, sym_t), nlocs = PM_SYM_COUNT(w->locs, pm_sym_loc_t);
-    sort_syms(v, nsyms);
+    pm_encode_sort(v, nsyms, sizeof *v, sym_before, NULL);
     for (size_t i = 0; nsyms && i < nlocs; i++) {
         pm_sym_loc_t *l = &PM_SYM_LOCS(w)[i];
         if (l->map <= first || !l->pc) continue;
