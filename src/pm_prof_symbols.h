@@ -59,8 +59,6 @@ void pm_symbols_free(pm_symbols_t *w);
 int pm_symbols_resolve(pm_symbols_t *w);
 /* dl_iterate_phdr under the lock below (for the legacy writer's maps). */
 int pm_symbols_each_object(int (*cb)(struct dl_phdr_info *, size_t, void *), void *arg);
-/* The kernel's page size (segments are mapped in whole pages). */
-uintptr_t pm_symbols_page_size(void);
 /* The lock held across dl_iterate_phdr; the fork handler takes it first. */
 void pm_symbols_lock_all(void);
 void pm_symbols_unlock_all(int child);

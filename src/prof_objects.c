@@ -92,7 +92,7 @@ static void set_giveback_range(const struct dl_phdr_info *info, uintptr_t hdr, i
     if (!load || (load->p_flags & (PF_W | PF_X)) || load->p_filesz != load->p_memsz) return;
     for (; dyn && dyn->d_tag != DT_NULL; dyn++)
         if (dyn->d_tag == DT_TEXTREL || (dyn->d_tag == DT_FLAGS && (dyn->d_un.d_val & DF_TEXTREL))) return;
-    uintptr_t page = getauxval(AT_PAGESZ) ? getauxval(AT_PAGESZ) : 4096;
+    uintptr_t page = pm_os_page_size();
     uintptr_t lo = (hdr + page - 1) & ~(page - 1);
     uintptr_t hi = (info->dlpi_addr + load->p_vaddr + load->p_memsz) & ~(page - 1);
     if (hi > lo) {

@@ -306,7 +306,7 @@ static int maps_line_cb(struct dl_phdr_info *info, size_t size, void *data)
     const char *name = info->dlpi_name;
     if (!name || !name[0]) name = arg->exe;
     if (!name || !strchr(name, '/')) return 0; /* the vDSO: no file */
-    uintptr_t page = pm_symbols_page_size();
+    uintptr_t page = pm_os_page_size();
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !ph->p_memsz) continue;

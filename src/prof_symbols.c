@@ -151,12 +151,6 @@ bool pm_symbols_init(pm_symbols_t *w)
            pm_encode_table_resize(&w->functab, 1024, func_hash, w);
 }
 
-uintptr_t pm_symbols_page_size(void)
-{
-    uintptr_t page = getauxval(AT_PAGESZ);
-    return page && !(page & (page - 1)) ? page : 4096;
-}
-
 /* ---- ELF: build ids and symbols --------------------------------------- */
 
 #define BUILD_ID_MAX 64
@@ -477,7 +471,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
     uint32_t file = pm_symbols_intern(w, name), build_str = pm_symbols_intern(w, build);
     if (exe) pm_os_unmap(exe, PATH_MAX);
     size_t first = PM_SYM_COUNT(w->maps, pm_sym_map_t);
-    uintptr_t page = pm_symbols_page_size();
+    uintptr_t page = pm_os_page_size();
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !ph->p_memsz) continue;
