@@ -183,7 +183,7 @@ void pm_hunt_tick(void)
     uint64_t m = pm_relaxed_load(&max_estimate);
     while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
     peak_check(live_fx);
-    if (hunting_timeline) pm_timeline_tick();
+    if (hunting_timeline) pm_timeline_tick(live);
     /* at rate 0 (ticks from slow paths only) a dump would be empty */
     int sampling = pm_sampler_rate() != 0;
     if (hunting_triggers && sampling) pm_triggers_tick(a >> PM_FX_SHIFT, live);

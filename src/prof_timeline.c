@@ -349,10 +349,9 @@ static void record(uint64_t now, int at_exit)
     tl.pk_rec = tl.pk_max;
 }
 
-void pm_timeline_tick(void)
+void pm_timeline_tick(uint64_t live)
 {
     if (!atomic_load_explicit(&tl.on, memory_order_relaxed)) return;
-    uint64_t live = pm_hunt_live_bytes();
     on_max(live);
     uint64_t now = pm_os_monotonic_ns();
     /* on the way up to a peak, its sites as they are at the top (within
