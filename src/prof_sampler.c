@@ -46,17 +46,16 @@ void pm_sampler_set_rate(uint64_t rate)
     pm_relaxed_store(&rate_now, rate);
 }
 
-void pm_sampler_thread_start(pm_sampler_t *s)
-{
-    s->rate = pm_sampler_rate();
-    s->rng = pm_sampler_seed();
-    s->countdown = pm_sampler_next(&s->rng, s->rate);
-}
-
 void pm_sampler_redraw(pm_sampler_t *s)
 {
     s->rate = pm_sampler_rate();
     s->countdown = pm_sampler_next(&s->rng, s->rate);
+}
+
+void pm_sampler_thread_start(pm_sampler_t *s)
+{
+    s->rng = pm_sampler_seed();
+    pm_sampler_redraw(s);
 }
 
 /* A block of size bytes sampled at mean rate R stands for 1/p blocks,
