@@ -499,10 +499,12 @@ static int serve_profile(int body, int allocs, int64_t seconds)
             goto done;
         }
     }
+    if (seconds <= 0 && !allocs) {
+        rc = profmalloc_dump_fd(body, PROFMALLOC_FORMAT_PPROF);
+        goto done;
+    }
     if (dump_profile(&fd1) != 0 || profile_load(fd1, &p1) != 0) goto done;
-    if (seconds > 0) rc = write_delta(body, &p0, &p1, allocs);
-    else if (allocs) rc = write_allocs(body, &p1);
-    else rc = profmalloc_dump_fd(body, PROFMALLOC_FORMAT_PPROF);
+    rc = seconds > 0 ? write_delta(body, &p0, &p1, allocs) : write_allocs(body, &p1);
 done:
     if (fd0 >= 0) close(fd0);
     if (fd1 >= 0) close(fd1);
