@@ -330,9 +330,9 @@ static int profile_parse(profile_t *p)
             sample_t s = {f.d, f.n, 0, 0, {0}};
             pb_t sr = {f.d, f.d + f.n, 0};
             pb_field_t g;
+            uint64_t v[VALUES_MAX]; /* across fields: values may come unpacked */
             while (next_field(&sr, &g)) {
                 if (g.num != 2) continue;
-                uint64_t v[VALUES_MAX];
                 size_t n = s.nvalues;
                 if (each_int(&g, v + s.nvalues, VALUES_MAX - s.nvalues, &n) != 0) return -1;
                 s.nvalues = n < VALUES_MAX ? n : VALUES_MAX;
