@@ -574,12 +574,6 @@ int cmd_stats(int argc, char **argv)
 
 /* ---- convert ---------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 int cmd_convert(int argc, char **argv)
 {
     if (wants_help(argc, argv)) {
@@ -597,16 +591,7 @@ int cmd_convert(int argc, char **argv)
     if (nf != 2) return usage_err(usage_convert, "%s", "two files: IN OUT"), 2;
     cli_profile_t p;
     if (load_profile(f[0], &p)) return 2;
-    bool legacy = ends_with(f[1], ".heap") || ends_with(f[1], ".txt");
-    cli_out_t of;
-    FILE *o = cli_out_open(f[1], &of);
-    if (!o) {
-        cli_free_profile(&p);
-        return 2;
-    }
-    int rc = legacy ? cli_write_legacy(o, &p) : cli_write_pprof(o, &p, !ends_with(f[1], ".pb"));
-    if (cli_out_close(&of, rc == 0)) {
-        fprintf(stderr, "profmalloc: %s: write failed\n", f[1]);
+    if (cli_write_profile_file(f[1], &p)) {
         cli_free_profile(&p);
         return 2;
     }

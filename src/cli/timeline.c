@@ -275,15 +275,7 @@ int cmd_timeline(int argc, char **argv)
         cli_timeline_profile(&tl, idx, &p);
         cli_symbolize(&p, &sym_opts);
         if (out) {
-            size_t ol = strlen(out);
-            bool legacy = ol > 5 && !strcmp(out + ol - 5, ".heap");
-            cli_out_t of;
-            FILE *f = cli_out_open(out, &of);
-            if (!f || cli_out_close(&of, (legacy ? cli_write_legacy(f, &p)
-                                                 : cli_write_pprof(f, &p, !(ol > 3 && !strcmp(out + ol - 3, ".pb")))) == 0)) {
-                fprintf(stderr, "profmalloc: %s: write failed\n", out);
-                rc = 2;
-            }
+            if (cli_write_profile_file(out, &p)) rc = 2;
         } else {
             char title[256], b[32];
             snprintf(title, sizeof title, "peak %zu of %s (%s at %.2f s)", idx + 1, in,
