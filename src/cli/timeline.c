@@ -215,7 +215,13 @@ int cmd_timeline(int argc, char **argv)
         if (!strcmp(a, "-o") && val) out = val, i++;
         else if (!strcmp(a, "--peak") && val) peak = val, i++;
         else if (!strcmp(a, "--at") && val) at = val, i++;
-        else if (!strcmp(a, "-n") && val) limit = atoi(val), i++;
+        else if (!strcmp(a, "-n") && val) {
+            if (parse_count(val, &limit)) {
+                fprintf(stderr, "profmalloc: -n %s: not a count\n%s", val, usage_timeline);
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--debug-dir") && val) sym_opts.debug_dir = val, i++;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "profmalloc: unknown option %s\n%s", a, usage_timeline);
