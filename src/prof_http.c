@@ -1087,16 +1087,16 @@ PM_EXPORT int profmalloc_http_start(const char *addr)
     srv.listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int one = 1;
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
     if (srv.listen_fd < 0 || srv.wake_fd < 0 ||
         setsockopt(srv.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(srv.listen_fd, (struct sockaddr *)&ss, sl) != 0 || listen(srv.listen_fd, BACKLOG) != 0) {
+        bind(srv.listen_fd, (struct sockaddr *)&ss, sl) != 0 || listen(srv.listen_fd, BACKLOG) != 0 ||
+        getsockname(srv.listen_fd, (struct sockaddr *)&bound, &bl) != 0) {
         err = errno;
         close_fds();
         goto out;
     }
-    struct sockaddr_storage bound;
-    socklen_t bl = sizeof bound;
-    getsockname(srv.listen_fd, (struct sockaddr *)&bound, &bl);
     srv.port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
     /* the thread takes no signal: the program's handlers run on its own threads */
