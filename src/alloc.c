@@ -235,7 +235,7 @@ void *pm_realloc(void *p, size_t size)
      * a buffer grown a byte at a time in exact mode made millions.  So a
      * block grown in place is under-counted by at most its slack. */
     if (size <= old && size >= old / 2) {
-        if (s->cls == 0) pm_large_resized(s, s->npages, size);
+        if (s->cls == 0) pm_large_resized(s, size);
         return p;
     }
     /* a large block shrinks, grows into the pages after it, or moves with

@@ -72,7 +72,7 @@ void pm_large_free(pm_span_t *s, int release)
     else pm_pageheap_free(s);
 }
 
-void pm_large_resized(pm_span_t *s, size_t before, size_t size) { account(s, grown(s, before), size, 0); }
+void pm_large_resized(pm_span_t *s, size_t size) { account(s, 0, size, 0); }
 
 int pm_large_is_big(const pm_span_t *s) { return s->cls == 0 && ((size_t)s->npages << PM_PAGE_SHIFT) >= PM_BIG_MOVE; }
 

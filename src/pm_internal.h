@@ -327,7 +327,7 @@ void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
 /* ---- large.c: large blocks, and realloc's in-place strategies --------- */
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero);
 void pm_large_free(pm_span_t *s, int release);          /* release: pages to the OS first */
-void pm_large_resized(pm_span_t *s, size_t before, size_t size); /* pages were `before`; now asked `size` */
+void pm_large_resized(pm_span_t *s, size_t size);       /* kept its pages; now asked `size` */
 int pm_large_is_big(const pm_span_t *s);                 /* realloc doubles it and moves its pages */
 int pm_large_shed_reserve(pm_span_t *s);                 /* 1: gave back its reserve */
 void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size); /* NULL: copy it */
