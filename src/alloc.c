@@ -39,13 +39,6 @@ uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
     return weight != PM_SAMPLE_TICK && t->state != PM_THREAD_EMPTY ? weight : 0;
 }
 
-/* ---- when the OS refuses memory --------------------------------------- */
-
-/* An allocation of `bytes` failed for want of memory: the allocator gives
- * back what it holds (pm_tcache_give_back) and says whether a retry may
- * succeed.  test_harden: test_recovery_after_aligned_fill. */
-static int reclaim(size_t bytes) { return pm_tcache_give_back(bytes); }
-
 /* ---- small blocks ---------------------------------------------------- */
 
 static void *alloc_small(pm_tcache_t *t, unsigned cls)
@@ -68,8 +61,9 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         p = pm_central_get(cls, 1, &got);
     }
     if (!p) {
-        /* once more after giving back what is held */
-        if (!reclaim(pm_class_size[cls])) return enomem();
+        /* once more after giving back what is held
+         * (test_harden: test_recovery_after_aligned_fill) */
+        if (!pm_tcache_give_back(pm_class_size[cls])) return enomem();
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
         if (!p) return enomem();
