@@ -216,7 +216,7 @@ void pm_central_unlock_all(int child);
 extern PM_TLS pm_tcache_t pm_tls;
 void pm_tcache_init(void);                 /* global part, at process init */
 void pm_tcache_thread_begin(pm_tcache_t *t);  /* EMPTY -> NEW */
-void pm_tcache_thread_start(pm_tcache_t *t);  /* -> ACTIVE: registered, caching */
+void pm_tcache_thread_start(pm_tcache_t *t);  /* NEW -> ACTIVE: registered, caching */
 void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */

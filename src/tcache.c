@@ -169,7 +169,6 @@ void pm_tcache_thread_begin(pm_tcache_t *t)
 
 void pm_tcache_thread_start(pm_tcache_t *t)
 {
-    if (t->state == PM_THREAD_EMPTY) pm_tcache_thread_begin(t);
     size_t budget = claim(START_BUDGET);
     if (budget < MIN_BUDGET) {
         /* overcommit the floor rather than run without a cache */
