@@ -135,7 +135,7 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
         resample(s, p, p, size);
         return p;
     }
-    int big = old >= PM_BIG_MOVE;
+    int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : old + old / 4;
     size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
     if (pm_pageheap_extend(s, roomy) || (roomy > exact && pm_pageheap_extend(s, exact))) {
