@@ -232,12 +232,6 @@ void *pm_realloc(void *p, size_t size)
         if (s->cls == 0) pm_large_resized(s, size);
         return p;
     }
-    /* a large block shrinks, grows into the pages after it, or moves with
-     * its pages (large.c) */
-    if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {
-        void *q = pm_large_realloc_in_place(s, p, size);
-        if (q) return q;
-    }
     /* Growing: reserve at least a quarter more than the old block, as
      * tcmalloc does.  A string grown by small appends then moves through
      * every second or third size class instead of every one: fewer copies,
@@ -247,6 +241,12 @@ void *pm_realloc(void *p, size_t size)
      * (large.c, PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : old + old / 4;
+    /* a large block shrinks, grows into the pages after it, or moves with
+     * its pages (large.c) */
+    if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {
+        void *q = pm_large_realloc_in_place(s, p, size, reserve);
+        if (q) return q;
+    }
     void *q = NULL;
     int saved = errno;
     if (size > old && reserve > size) {

@@ -330,7 +330,7 @@ void pm_large_free(pm_span_t *s, int release);          /* release: pages to the
 void pm_large_resized(pm_span_t *s, size_t size);       /* kept its pages; now asked `size` */
 int pm_large_is_big(const pm_span_t *s);                 /* realloc doubles it and moves its pages */
 int pm_large_shed_reserve(pm_span_t *s);                 /* 1: gave back its reserve */
-void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size); /* NULL: copy it */
+void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reserve); /* NULL: copy it */
 /* alloc.c, for large.c: the thread's cache, and its sampling countdown */
 pm_tcache_t *pm_alloc_thread_cache(void);
 uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size); /* the sample's weight, or 0 */
