@@ -210,7 +210,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             continue;
         }
         uint32_t before = k;
-        if (s->allocated == 0 && c->kept) kept_set(c, c->kept - 1); /* a kept span in use again */
+        /* a kept span in use again; not a fresh one (nothing carved yet),
+         * which a put may have queued behind kept spans while this get
+         * had the lock dropped for new_span */
+        if (s->allocated == 0 && s->carved && c->kept) kept_set(c, c->kept - 1);
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
