@@ -26,17 +26,16 @@ static void *enomem(void)
 
 /* ---- sampling -------------------------------------------------------- */
 
-/* Charges `size` bytes to the thread's sampler; returns the sample's
- * weight when this allocation is a sample point, else 0. */
+/* Charges `size` bytes to the thread's sampler (t from
+ * pm_alloc_thread_cache: NEW, ACTIVE or DEAD, all of which sample);
+ * returns the sample's weight when this allocation is a sample point,
+ * else 0. */
 uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
 {
     uint64_t weight = pm_sampler_record(&t->sampler, size);
     if (PM_LIKELY(weight == 0)) return 0;
     if (pm_pageheap_tick()) pm_central_tick(); /* every PM_TICK_BYTES at rate 0 */
-    /* not after the thread's cache was flushed at its exit: C++ and
-     * libraries free and allocate from their own key destructors, which
-     * may run after ours */
-    return weight != PM_SAMPLE_TICK && t->state != PM_THREAD_EMPTY ? weight : 0;
+    return weight != PM_SAMPLE_TICK ? weight : 0;
 }
 
 /* ---- small blocks ---------------------------------------------------- */
