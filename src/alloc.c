@@ -26,25 +26,17 @@ static void *enomem(void)
 
 /* ---- sampling -------------------------------------------------------- */
 
-/* Charges `size` bytes to the thread's sampler; returns the sample's
- * weight when this allocation is a sample point, else 0. */
+/* Charges `size` bytes to the thread's sampler (t from
+ * pm_alloc_thread_cache: NEW, ACTIVE or DEAD, all of which sample);
+ * returns the sample's weight when this allocation is a sample point,
+ * else 0. */
 uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
 {
     uint64_t weight = pm_sampler_record(&t->sampler, size);
     if (PM_LIKELY(weight == 0)) return 0;
     if (pm_pageheap_tick()) pm_central_tick(); /* every PM_TICK_BYTES at rate 0 */
-    /* not after the thread's cache was flushed at its exit: C++ and
-     * libraries free and allocate from their own key destructors, which
-     * may run after ours */
-    return weight != PM_SAMPLE_TICK && t->state != PM_THREAD_EMPTY ? weight : 0;
+    return weight != PM_SAMPLE_TICK ? weight : 0;
 }
-
-/* ---- when the OS refuses memory --------------------------------------- */
-
-/* An allocation of `bytes` failed for want of memory: the allocator gives
- * back what it holds (pm_tcache_give_back) and says whether a retry may
- * succeed.  test_harden: test_recovery_after_aligned_fill. */
-static int reclaim(size_t bytes) { return pm_tcache_give_back(bytes); }
 
 /* ---- small blocks ---------------------------------------------------- */
 
@@ -68,8 +60,9 @@ static void *alloc_small(pm_tcache_t *t, unsigned cls)
         p = pm_central_get(cls, 1, &got);
     }
     if (!p) {
-        /* once more after giving back what is held */
-        if (!reclaim(pm_class_size[cls])) return enomem();
+        /* once more after giving back what is held
+         * (test_harden: test_recovery_after_aligned_fill) */
+        if (!pm_tcache_give_back(pm_class_size[cls])) return enomem();
         uint32_t got;
         p = pm_central_get(cls, 1, &got);
         if (!p) return enomem();
@@ -235,14 +228,8 @@ void *pm_realloc(void *p, size_t size)
      * a buffer grown a byte at a time in exact mode made millions.  So a
      * block grown in place is under-counted by at most its slack. */
     if (size <= old && size >= old / 2) {
-        if (s->cls == 0) pm_large_resized(s, s->npages, size);
+        if (s->cls == 0) pm_large_resized(s, size);
         return p;
-    }
-    /* a large block shrinks, grows into the pages after it, or moves with
-     * its pages (large.c) */
-    if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {
-        void *q = pm_large_realloc_in_place(s, p, size);
-        if (q) return q;
     }
     /* Growing: reserve at least a quarter more than the old block, as
      * tcmalloc does.  A string grown by small appends then moves through
@@ -253,6 +240,12 @@ void *pm_realloc(void *p, size_t size)
      * (large.c, PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : old + old / 4;
+    /* a large block shrinks, grows into the pages after it, or moves with
+     * its pages (large.c) */
+    if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {
+        void *q = pm_large_realloc_in_place(s, p, size, reserve);
+        if (q) return q;
+    }
     void *q = NULL;
     int saved = errno;
     if (size > old && reserve > size) {

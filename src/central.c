@@ -25,8 +25,7 @@
  * assign_lock, which the fork handler takes before the structs. */
 PM_SPARSE_BSS static pm_central_t centrals[PM_CLASS_MAX];
 static _Atomic uint8_t slot_of[PM_CLASS_MAX];
-static unsigned nassigned;
-static _Atomic unsigned nassigned_pub; /* nassigned, for pm_central_tick's unlocked walk */
+static _Atomic unsigned nassigned; /* written under assign_lock; pm_central_tick reads it without */
 static pm_lock_t assign_lock = PM_LOCK_INIT;
 
 pm_central_t *pm_central_find(unsigned cls)
@@ -42,9 +41,9 @@ pm_central_t *pm_central_of(unsigned cls)
     pm_lock(&assign_lock);
     unsigned slot = atomic_load_explicit(&slot_of[cls], memory_order_relaxed);
     if (!slot) {
-        slot = ++nassigned;
+        slot = pm_relaxed_load(&nassigned) + 1;
         atomic_store_explicit(&slot_of[cls], (uint8_t)slot, memory_order_release);
-        atomic_store_explicit(&nassigned_pub, nassigned, memory_order_release);
+        atomic_store_explicit(&nassigned, slot, memory_order_release);
     }
     pm_unlock(&assign_lock);
     return &centrals[slot - 1];
@@ -211,7 +210,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             continue;
         }
         uint32_t before = k;
-        if (s->allocated == 0 && c->kept) kept_set(c, c->kept - 1); /* a kept span in use again */
+        /* a kept span in use again; not a fresh one (nothing carved yet),
+         * which a put may have queued behind kept spans while this get
+         * had the lock dropped for new_span */
+        if (s->allocated == 0 && s->carved && c->kept) kept_set(c, c->kept - 1);
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
@@ -379,7 +381,7 @@ void pm_central_drain(void)
  * them back.  The unlocked look at `kept` only skips classes. */
 void pm_central_tick(void)
 {
-    for (unsigned i = 0; i < pm_relaxed_load(&nassigned_pub); i++) {
+    for (unsigned i = 0; i < pm_relaxed_load(&nassigned); i++) {
         pm_central_t *c = &centrals[i];
         if (!__atomic_load_n(&c->kept, __ATOMIC_RELAXED)) continue;
         pm_lock(&c->lock);

@@ -72,7 +72,7 @@ void pm_large_free(pm_span_t *s, int release)
     else pm_pageheap_free(s);
 }
 
-void pm_large_resized(pm_span_t *s, size_t before, size_t size) { account(s, grown(s, before), size, 0); }
+void pm_large_resized(pm_span_t *s, size_t size) { account(s, 0, size, 0); }
 
 int pm_large_is_big(const pm_span_t *s) { return s->cls == 0 && ((size_t)s->npages << PM_PAGE_SHIFT) >= PM_BIG_MOVE; }
 
@@ -115,9 +115,10 @@ int pm_large_shed_reserve(pm_span_t *s)
  * - A growing block takes the free pages right after it when it can (its
  *   reserve, else just enough), as glibc grows a block into its top chunk:
  *   no copy, and no old block left behind in the page heap.  The reserve
- *   is a quarter more than the old size, twice it from PM_BIG_MOVE: its
- *   pages are only faulted in as they are written, and each move copies
- *   into fresh pages the kernel must fault in and zero (bench/grow).
+ *   (pm_realloc's) is a quarter more than the old size, twice it from
+ *   PM_BIG_MOVE: its pages are only faulted in as they are written, and
+ *   each move copies into fresh pages the kernel must fault in and zero
+ *   (bench/grow).
  * - A big block that cannot grow in place moves with mremap, as glibc
  *   moves its mmapped chunks: its pages go with the page tables, so
  *   nothing is copied or faulted in again, and the old addresses are gone
@@ -125,7 +126,7 @@ int pm_large_shed_reserve(pm_span_t *s)
  *   keyed by the old address: dropped before the move, taken again if the
  *   block stays.
  * test_alloc_realloc_large_in_place, test_alloc_realloc_headroom. */
-void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
+void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reserve)
 {
     size_t old = (size_t)s->npages << PM_PAGE_SHIFT, before = s->npages;
     size_t exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
@@ -135,15 +136,13 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size)
         resample(s, p, p, size);
         return p;
     }
-    int big = old >= PM_BIG_MOVE;
-    size_t reserve = big ? 2 * old : old + old / 4;
     size_t roomy = reserve > size ? (reserve + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : exact;
     if (pm_pageheap_extend(s, roomy) || (roomy > exact && pm_pageheap_extend(s, exact))) {
         account(s, grown(s, before), size, 0);
         resample(s, p, p, size);
         return p;
     }
-    if (!big) return NULL;
+    if (!pm_large_is_big(s)) return NULL;
     int sampled = pm_sites_maybe_sampled(s, p);
     if (sampled) pm_sites_remove(s, p);
     if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {

@@ -84,14 +84,22 @@ void pm_os_fault_set(unsigned kind, uint32_t per_1024)
 
 uint64_t pm_os_fault_count(void) { return atomic_load(&fault_count); }
 
+/* splitmix64: the output for state x, which steps by SPLITMIX_STEP (the
+ * fault dice, and pm_os_random's fallback). */
+#define SPLITMIX_STEP 0x9e3779b97f4a7c15ull
+static uint64_t splitmix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 static int faulted(unsigned kind)
 {
     uint32_t rate = atomic_load_explicit(&fault_rate[kind], memory_order_relaxed);
     if (__builtin_expect(rate == 0, 1)) return 0;
-    uint64_t z = atomic_fetch_add_explicit(&fault_seq, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    if (((z ^ (z >> 31)) & 1023) >= rate) return 0;
+    uint64_t x = atomic_fetch_add_explicit(&fault_seq, SPLITMIX_STEP, memory_order_relaxed);
+    if ((splitmix(x) & 1023) >= rate) return 0;
     atomic_fetch_add_explicit(&fault_count, 1, memory_order_relaxed);
     return 1;
 }
@@ -435,11 +443,8 @@ void pm_os_random(void *buf, size_t len)
         uint64_t x = clock_ns(CLOCK_MONOTONIC) ^ (clock_ns(CLOCK_REALTIME) << 17) ^ (uint64_t)(uintptr_t)&saved ^
                      ((uint64_t)syscall(SYS_getpid) << 32);
         for (size_t i = got; i < len; i++) {
-            x += 0x9e3779b97f4a7c15ull;
-            uint64_t z = x;
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-            ((unsigned char *)buf)[i] ^= (unsigned char)(z ^ (z >> 31));
+            x += SPLITMIX_STEP;
+            ((unsigned char *)buf)[i] ^= (unsigned char)splitmix(x);
         }
     }
     errno = saved;

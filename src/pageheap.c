@@ -314,7 +314,6 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb);
 static size_t release_picked(pm_span_t **picked, size_t k);
 static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int edges, int absorb);
 static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out);
-static pm_heap_view_t view_locked(size_t grow_pages);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);

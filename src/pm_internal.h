@@ -216,7 +216,7 @@ void pm_central_unlock_all(int child);
 extern PM_TLS pm_tcache_t pm_tls;
 void pm_tcache_init(void);                 /* global part, at process init */
 void pm_tcache_thread_begin(pm_tcache_t *t);  /* EMPTY -> NEW */
-void pm_tcache_thread_start(pm_tcache_t *t);  /* -> ACTIVE: registered, caching */
+void pm_tcache_thread_start(pm_tcache_t *t);  /* NEW -> ACTIVE: registered, caching */
 void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
@@ -327,10 +327,10 @@ void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
 /* ---- large.c: large blocks, and realloc's in-place strategies --------- */
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero);
 void pm_large_free(pm_span_t *s, int release);          /* release: pages to the OS first */
-void pm_large_resized(pm_span_t *s, size_t before, size_t size); /* pages were `before`; now asked `size` */
+void pm_large_resized(pm_span_t *s, size_t size);       /* kept its pages; now asked `size` */
 int pm_large_is_big(const pm_span_t *s);                 /* realloc doubles it and moves its pages */
 int pm_large_shed_reserve(pm_span_t *s);                 /* 1: gave back its reserve */
-void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size); /* NULL: copy it */
+void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reserve); /* NULL: copy it */
 /* alloc.c, for large.c: the thread's cache, and its sampling countdown */
 pm_tcache_t *pm_alloc_thread_cache(void);
 uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size); /* the sample's weight, or 0 */

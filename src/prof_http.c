@@ -11,6 +11,7 @@
 #include "pm_hunt.h"
 #include "pm_prof_encode.h"
 #include "pm_prof_pprof.h"
+#include "pm_prof_symbols.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -203,11 +204,10 @@ static int each_int(const pb_field_t *f, uint64_t *out, size_t cap, size_t *n)
     return r.bad ? -1 : 0;
 }
 
-/* The parts of a profile a delta, the allocs view and symbolisation need. */
+/* The parts of a profile a delta and the allocs view need. */
 enum { VALUES_MAX = 8, DEPTH_MAX = 256 };
 typedef struct str { const uint8_t *p; size_t n; } str_t;
-typedef struct loc { uint64_t id, addr, func; } loc_t;
-typedef struct fn { uint64_t id, name; } fn_t;
+typedef struct loc { uint64_t id, addr; } loc_t;
 typedef struct sample {
     const uint8_t *d; /* the sample message */
     size_t n;
@@ -218,7 +218,7 @@ typedef struct sample {
 
 typedef struct profile {
     pm_ebuf_t raw;                      /* the decompressed message */
-    pm_ebuf_t strs, locs, fns, samples; /* arrays of str_t, loc_t, fn_t, sample_t */
+    pm_ebuf_t strs, locs, samples; /* arrays of str_t, loc_t, sample_t */
     uint64_t time_ns;
 } profile_t;
 
@@ -230,7 +230,6 @@ static void profile_free(profile_t *p)
     pm_encode_free(&p->raw);
     pm_encode_free(&p->strs);
     pm_encode_free(&p->locs);
-    pm_encode_free(&p->fns);
     pm_encode_free(&p->samples);
 }
 
@@ -318,37 +317,22 @@ static int profile_parse(profile_t *p)
         } else if (f.num == 9 && f.wire == 0) {
             p->time_ns = f.v;
         } else if (f.num == 4 && f.wire == 2) {
-            loc_t l = {0, 0, 0};
+            loc_t l = {0, 0};
             pb_t lr = {f.d, f.d + f.n, 0};
             pb_field_t g;
             while (next_field(&lr, &g)) {
                 if (g.num == 1 && g.wire == 0) l.id = g.v;
                 else if (g.num == 3 && g.wire == 0) l.addr = g.v;
-                else if (g.num == 4 && g.wire == 2 && !l.func) { /* the first Line */
-                    pb_t ln = {g.d, g.d + g.n, 0};
-                    pb_field_t h;
-                    while (next_field(&ln, &h))
-                        if (h.num == 1 && h.wire == 0) l.func = h.v;
-                }
             }
             if (lr.bad) return -1;
             pm_encode_put(&p->locs, &l, sizeof l);
-        } else if (f.num == 5 && f.wire == 2) {
-            fn_t fn = {0, 0};
-            pb_t fr = {f.d, f.d + f.n, 0};
-            pb_field_t g;
-            while (next_field(&fr, &g)) {
-                if (g.num == 1 && g.wire == 0) fn.id = g.v;
-                else if (g.num == 2 && g.wire == 0) fn.name = g.v;
-            }
-            pm_encode_put(&p->fns, &fn, sizeof fn);
         } else if (f.num == 2 && f.wire == 2) {
             sample_t s = {f.d, f.n, 0, 0, {0}};
             pb_t sr = {f.d, f.d + f.n, 0};
             pb_field_t g;
+            uint64_t v[VALUES_MAX]; /* across fields: values may come unpacked */
             while (next_field(&sr, &g)) {
                 if (g.num != 2) continue;
-                uint64_t v[VALUES_MAX];
                 size_t n = s.nvalues;
                 if (each_int(&g, v + s.nvalues, VALUES_MAX - s.nvalues, &n) != 0) return -1;
                 s.nvalues = n < VALUES_MAX ? n : VALUES_MAX;
@@ -357,7 +341,7 @@ static int profile_parse(profile_t *p)
             pm_encode_put(&p->samples, &s, sizeof s);
         }
     }
-    if (r.bad || p->strs.failed || p->locs.failed || p->fns.failed || p->samples.failed) return -1;
+    if (r.bad || p->strs.failed || p->locs.failed || p->samples.failed) return -1;
     return locs_sorted(&p->locs) ? 0 : -1;
 }
 
@@ -499,10 +483,12 @@ static int serve_profile(int body, int allocs, int64_t seconds)
             goto done;
         }
     }
+    if (seconds <= 0 && !allocs) {
+        rc = profmalloc_dump_fd(body, PROFMALLOC_FORMAT_PPROF);
+        goto done;
+    }
     if (dump_profile(&fd1) != 0 || profile_load(fd1, &p1) != 0) goto done;
-    if (seconds > 0) rc = write_delta(body, &p0, &p1, allocs);
-    else if (allocs) rc = write_allocs(body, &p1);
-    else rc = profmalloc_dump_fd(body, PROFMALLOC_FORMAT_PPROF);
+    rc = seconds > 0 ? write_delta(body, &p0, &p1, allocs) : write_allocs(body, &p1);
 done:
     if (fd0 >= 0) close(fd0);
     if (fd1 >= 0) close(fd1);
@@ -512,93 +498,60 @@ done:
 }
 
 /* pprof's symbol protocol: "0xADDR+0xADDR..." in, "0xADDR name" lines out,
- * named by the profile writer's own ELF symbolisation (a profile of one
- * sample per address, read back). */
+ * named by the profile writer's own symbolizer (prof_symbols.c). */
 static int serve_symbols(int body, const char *q, size_t qn)
 {
     char line[512];
     pm_buf_t b;
     pm_buf_init(&b, line, sizeof line, body);
     pm_buf_str(&b, "num_symbols: 1\n");
-    pm_ebuf_t pcs = {0}, samples = {0};
+    pm_symbols_t w;
+    int rc = pm_symbols_init(&w) ? 0 : -1;
     size_t n = 0;
-    for (size_t i = 0; i < qn && n < SYMBOLS_MAX;) {
+    for (size_t i = 0; rc == 0 && i < qn && n < SYMBOLS_MAX;) {
         size_t j = i;
         while (j < qn && q[j] != '+') j++;
         uint64_t v = 0;
-        size_t k = i;
         int ok = 0;
         if (j - i > 2 && q[i] == '0' && (q[i + 1] == 'x' || q[i + 1] == 'X')) {
             ok = 1;
-            for (k = i + 2; k < j && ok; k++) {
+            for (size_t k = i + 2; k < j && ok; k++) {
                 int h = hexval((unsigned char)q[k]);
                 if (h < 0 || v >> 60) ok = 0;
                 else v = v << 4 | (uint64_t)h;
             }
         } else if (j > i) {
             ok = 1;
-            for (k = i; k < j && ok; k++) {
+            for (size_t k = i; k < j && ok; k++) {
                 if (q[k] < '0' || q[k] > '9' || v > UINT64_MAX / 10) ok = 0;
                 else v = v * 10 + (uint64_t)(q[k] - '0');
             }
         }
         if (ok && v && v != UINT64_MAX) {
-            uintptr_t pc = (uintptr_t)v + 1; /* the writer looks up pc - 1 */
-            pm_encode_put(&pcs, &pc, sizeof pc);
+            pm_symbols_loc(&w, (uintptr_t)v + 1); /* the symbolizer looks up pc - 1 */
             n++;
         }
         i = j + 1;
     }
-    int rc = 0, tmp = -1;
-    profile_t p = {0};
-    if (n) {
+    if (rc == 0 && (pm_symbols_failed(&w) || pm_symbols_resolve(&w) != 0 || pm_symbols_failed(&w)))
         rc = -1;
-        if (!pm_encode_reserve(&samples, n * sizeof(pm_prof_sample_t)) || pcs.failed) goto done;
-        pm_prof_sample_t *s = (pm_prof_sample_t *)samples.p;
-        for (size_t i = 0; i < n; i++)
-            s[i] = (pm_prof_sample_t){.depth = 1, .pcs = (const uintptr_t *)pcs.p + i};
-        pm_prof_snapshot_t snap = {.sample_rate = 1, .nsamples = n, .samples = s};
-        tmp = new_body();
-        if (tmp < 0 || pm_pprof_write(tmp, &snap, PROFMALLOC_FORMAT_PPROF) != 0 ||
-            profile_load(tmp, &p) != 0)
-            goto done;
-        const uintptr_t *pc = (const uintptr_t *)pcs.p;
-        for (size_t i = 0; i < n; i++) {
-            const loc_t *l = ARR(p.locs, loc_t);
-            for (size_t j = 0; j < CNT(p.locs, loc_t); j++) {
-                if (l[j].addr != pc[i] - 1 || !l[j].func) continue;
-                const fn_t *f = ARR(p.fns, fn_t);
-                for (size_t k = 0; k < CNT(p.fns, fn_t); k++) {
-                    if (f[k].id != l[j].func) continue;
-                    str_t name = str_at(&p, f[k].name);
-                    if (!name.n) break;
-                    char hex[24] = "0x";
-                    pm_buf_t hb;
-                    pm_buf_init(&hb, hex + 2, sizeof hex - 3, -1);
-                    pm_buf_hex(&hb, pc[i] - 1);
-                    hex[2 + hb.len] = 0;
-                    pm_buf_str(&b, hex[2] == '0' && hex[3] == 'x' ? hex + 2 : hex);
-                    pm_buf_str(&b, " ");
-                    char nm[256];
-                    for (size_t off = 0; off < name.n; off += sizeof nm - 1) {
-                        size_t c = name.n - off < sizeof nm - 1 ? name.n - off : sizeof nm - 1;
-                        memcpy(nm, name.p + off, c);
-                        nm[c] = 0;
-                        pm_buf_str(&b, nm);
-                    }
-                    pm_buf_str(&b, "\n");
-                    break;
-                }
-                break;
-            }
+    const pm_sym_loc_t *l = PM_SYM_LOCS(&w);
+    for (size_t i = 0; rc == 0 && i < PM_SYM_COUNT(w.locs, pm_sym_loc_t); i++) {
+        if (!l[i].func) continue;
+        const pm_sym_str_t *name = &PM_SYM_STRS(&w)[PM_SYM_FUNCS(&w)[l[i].func - 1].name];
+        if (!name->len) continue;
+        pm_buf_hex(&b, l[i].pc - 1);
+        pm_buf_str(&b, " ");
+        char nm[256];
+        for (size_t off = 0; off < name->len; off += sizeof nm - 1) {
+            size_t c = name->len - off < sizeof nm - 1 ? name->len - off : sizeof nm - 1;
+            memcpy(nm, w.strdata.p + name->off + off, c);
+            nm[c] = 0;
+            pm_buf_str(&b, nm);
         }
-        rc = 0;
+        pm_buf_str(&b, "\n");
     }
-done:
-    if (tmp >= 0) close(tmp);
-    profile_free(&p);
-    pm_encode_free(&pcs);
-    pm_encode_free(&samples);
+    pm_symbols_free(&w);
     return pm_buf_flush(&b) == 0 ? rc : -1;
 }
 
@@ -1134,16 +1087,16 @@ PM_EXPORT int profmalloc_http_start(const char *addr)
     srv.listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     srv.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int one = 1;
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
     if (srv.listen_fd < 0 || srv.wake_fd < 0 ||
         setsockopt(srv.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(srv.listen_fd, (struct sockaddr *)&ss, sl) != 0 || listen(srv.listen_fd, BACKLOG) != 0) {
+        bind(srv.listen_fd, (struct sockaddr *)&ss, sl) != 0 || listen(srv.listen_fd, BACKLOG) != 0 ||
+        getsockname(srv.listen_fd, (struct sockaddr *)&bound, &bl) != 0) {
         err = errno;
         close_fds();
         goto out;
     }
-    struct sockaddr_storage bound;
-    socklen_t bl = sizeof bound;
-    getsockname(srv.listen_fd, (struct sockaddr *)&bound, &bl);
     srv.port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
     /* the thread takes no signal: the program's handlers run on its own threads */

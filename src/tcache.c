@@ -152,10 +152,6 @@ static void node_claim(pm_treg_t *n, pm_tcache_t *t)
     t->reg = n;
 }
 
-/* Does the calling thread have a robust list for the kernel to walk at its
- * death?  (Asked outside any lock: a system call.) */
-static int have_robust_list(void) { return pm_os_has_robust_list(); }
-
 /* A thread's first slow path: it samples from now on, and caches nothing
  * for its first PM_THREAD_NEW_OPS operations.  A thread whose first
  * allocation comes in the last round of pthread key destructors never gets
@@ -173,7 +169,6 @@ void pm_tcache_thread_begin(pm_tcache_t *t)
 
 void pm_tcache_thread_start(pm_tcache_t *t)
 {
-    if (t->state == PM_THREAD_EMPTY) pm_tcache_thread_begin(t);
     size_t budget = claim(START_BUDGET);
     if (budget < MIN_BUDGET) {
         /* overcommit the floor rather than run without a cache */
@@ -191,7 +186,9 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     if (!n) n = pm_meta_alloc(sizeof *n); /* NULL: the thread stays out of the stats */
     t->reg = NULL;
     if (n) {
-        if (!have_robust_list()) atomic_store_explicit(&robust_ok, 0, memory_order_relaxed);
+        /* a robust list for the kernel to walk at the thread's death?
+         * (asked outside any lock: a system call) */
+        if (!pm_os_has_robust_list()) atomic_store_explicit(&robust_ok, 0, memory_order_relaxed);
         node_claim(n, t);
         pm_lock(&reg_lock);
         n->prev = NULL;

@@ -109,6 +109,9 @@ int cli_out_close(cli_out_t *o, bool ok); /* 0, or -1 (the file is not written) 
 /* writers (convert) */
 int cli_write_pprof(FILE *f, const cli_profile_t *p, bool gzip);
 int cli_write_legacy(FILE *f, const cli_profile_t *p);
+/* p to path, atomically, as gperftools text (.heap, .txt), raw
+ * profile.proto (.pb) or gzip'd; 0, or -1 with a message printed. */
+int cli_write_profile_file(const char *path, const cli_profile_t *p);
 
 /* inflate.c: gzip (one or more members), zlib or raw deflate into a
  * malloc'd buffer; returns 0, or -1 with a message. */

@@ -65,5 +65,7 @@ int cmd_timeline(int argc, char **argv);
 int top_print(FILE *f, const char *title, cli_profile_t *const *ps, size_t nps, const view_t *v, int limit,
               bool json);
 int parse_size(const char *s, double *out);
+/* -n N: a decimal count into *out; 0, or -1 when s is not one. */
+int parse_count(const char *s, int *out);
 
 #endif

@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The frames of a stack drawn, innermost first: the tree is walked
+ * recursively, and a crafted profile may hold a stack of any depth
+ * (test_flame_deep_stack). */
+enum { FRAMES_MAX = 1024 };
+
 typedef struct node {
     char *name;
     double v;
@@ -210,7 +215,7 @@ int cmd_flame(int argc, char **argv)
         if (val <= 0) continue;
         root.v += val;
         node_t *cur = &root;
-        for (uint32_t d = s->depth; d-- > 0;) {
+        for (uint32_t d = s->depth < FRAMES_MAX ? s->depth : FRAMES_MAX; d-- > 0;) {
             char fb[32];
             cur = child_of(cur, loc_func(&p.locs[s->locs[d]], fb, sizeof fb));
             cur->v += val;

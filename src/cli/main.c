@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cli_main.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -118,6 +119,16 @@ int load_profile(const char *path, cli_profile_t *p)
     return 0;
 }
 
+int parse_count(const char *s, int *out)
+{
+    char *end;
+    if (!s || *s < '0' || *s > '9') return -1;
+    long n = strtol(s, &end, 10);
+    if (*end || n > INT_MAX) return -1;
+    *out = (int)n;
+    return 0;
+}
+
 /* Common options; returns 1 if consumed (with *i advanced), 0 if not,
  * -1 on a usage error. */
 static int view_opt(int argc, char **argv, int *i, view_t *v, int *limit, bool *json)
@@ -131,11 +142,7 @@ static int view_opt(int argc, char **argv, int *i, view_t *v, int *limit, bool *
     else if (json && !strcmp(a, "--json")) *json = true;
     else if (limit && (!strcmp(a, "-n") || !strncmp(a, "-n", 2) || !strncmp(a, "--n=", 4))) {
         const char *val = !strcmp(a, "-n") ? (*i + 1 < argc ? argv[++*i] : NULL) : a[1] == 'n' ? a + 2 : a + 4;
-        char *end;
-        if (!val || !*val) return -1;
-        long n = strtol(val, &end, 10);
-        if (*end || n < 0) return -1;
-        *limit = (int)n;
+        if (parse_count(val, limit)) return -1;
     } else if (!strcmp(a, "--debug-dir") || !strncmp(a, "--debug-dir=", 12)) {
         const char *val = a[11] == '=' ? a + 12 : (*i + 1 < argc ? argv[++*i] : NULL);
         if (!val) return -1;
@@ -574,12 +581,6 @@ int cmd_stats(int argc, char **argv)
 
 /* ---- convert ---------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 int cmd_convert(int argc, char **argv)
 {
     if (wants_help(argc, argv)) {
@@ -597,16 +598,7 @@ int cmd_convert(int argc, char **argv)
     if (nf != 2) return usage_err(usage_convert, "%s", "two files: IN OUT"), 2;
     cli_profile_t p;
     if (load_profile(f[0], &p)) return 2;
-    bool legacy = ends_with(f[1], ".heap") || ends_with(f[1], ".txt");
-    cli_out_t of;
-    FILE *o = cli_out_open(f[1], &of);
-    if (!o) {
-        cli_free_profile(&p);
-        return 2;
-    }
-    int rc = legacy ? cli_write_legacy(o, &p) : cli_write_pprof(o, &p, !ends_with(f[1], ".pb"));
-    if (cli_out_close(&of, rc == 0)) {
-        fprintf(stderr, "profmalloc: %s: write failed\n", f[1]);
+    if (cli_write_profile_file(f[1], &p)) {
         cli_free_profile(&p);
         return 2;
     }

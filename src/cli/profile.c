@@ -892,6 +892,24 @@ int cli_out_close(cli_out_t *o, bool ok)
     return ok ? 0 : -1;
 }
 
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+int cli_write_profile_file(const char *path, const cli_profile_t *p)
+{
+    cli_out_t of;
+    FILE *f = cli_out_open(path, &of);
+    if (!f) return -1;
+    int rc = ends_with(path, ".heap") || ends_with(path, ".txt") ? cli_write_legacy(f, p)
+                                                                 : cli_write_pprof(f, p, !ends_with(path, ".pb"));
+    if (cli_out_close(&of, rc == 0) == 0) return 0;
+    fprintf(stderr, "profmalloc: %s: write failed\n", path);
+    return -1;
+}
+
 /* ---- writers ---------------------------------------------------------- */
 
 typedef struct {

@@ -189,7 +189,13 @@ int cmd_run(int argc, char **argv)
         else if (!strcmp(a, "--out") && val) out = val, i++;
         else if (!strncmp(a, "--out=", 6)) out = a + 6;
         else if (!strcmp(a, "--lib") && val) lib = val, i++;
-        else if (!strcmp(a, "-n") && val) limit = atoi(val), i++;
+        else if (!strcmp(a, "-n") && val) {
+            if (parse_count(val, &limit)) {
+                fprintf(stderr, "profmalloc: -n %s: not a count\n%s", val, usage_run);
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--lines")) v.lines = true;
         else if (!strcmp(a, "--peak")) peak = true;
         else if (!strcmp(a, "--leaks")) leaks = true;

@@ -215,7 +215,13 @@ int cmd_timeline(int argc, char **argv)
         if (!strcmp(a, "-o") && val) out = val, i++;
         else if (!strcmp(a, "--peak") && val) peak = val, i++;
         else if (!strcmp(a, "--at") && val) at = val, i++;
-        else if (!strcmp(a, "-n") && val) limit = atoi(val), i++;
+        else if (!strcmp(a, "-n") && val) {
+            if (parse_count(val, &limit)) {
+                fprintf(stderr, "profmalloc: -n %s: not a count\n%s", val, usage_timeline);
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--debug-dir") && val) sym_opts.debug_dir = val, i++;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "profmalloc: unknown option %s\n%s", a, usage_timeline);
@@ -275,15 +281,7 @@ int cmd_timeline(int argc, char **argv)
         cli_timeline_profile(&tl, idx, &p);
         cli_symbolize(&p, &sym_opts);
         if (out) {
-            size_t ol = strlen(out);
-            bool legacy = ol > 5 && !strcmp(out + ol - 5, ".heap");
-            cli_out_t of;
-            FILE *f = cli_out_open(out, &of);
-            if (!f || cli_out_close(&of, (legacy ? cli_write_legacy(f, &p)
-                                                 : cli_write_pprof(f, &p, !(ol > 3 && !strcmp(out + ol - 3, ".pb")))) == 0)) {
-                fprintf(stderr, "profmalloc: %s: write failed\n", out);
-                rc = 2;
-            }
+            if (cli_write_profile_file(out, &p)) rc = 2;
         } else {
             char title[256], b[32];
             snprintf(title, sizeof title, "peak %zu of %s (%s at %.2f s)", idx + 1, in,

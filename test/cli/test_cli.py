@@ -497,6 +497,29 @@ def screenshot(svg, name):
     print('  (no chromium installed: the SVG is not rendered)')
 
 
+def test_flame_deep_stack():
+    """A stack of 300000 frames (a crafted profile) is drawn cut to its
+    innermost frames, not a crash in the recursive tree walk."""
+    def vi(v):
+        out = b''
+        while v > 0x7f:
+            out += bytes([v & 0x7f | 0x80])
+            v >>= 7
+        return out + bytes([v])
+    def fld(n, payload):
+        return vi(n << 3) + vi(payload) if isinstance(payload, int) else vi(n << 3 | 2) + vi(len(payload)) + payload
+    sample = fld(1, vi(1) * 300000) + fld(2, vi(100))
+    msg = (fld(1, fld(1, 1) + fld(2, 2)) + fld(2, sample) + fld(4, fld(1, 1) + fld(3, 0x401000)) +
+           fld(6, b'') + fld(6, b'space') + fld(6, b'bytes'))
+    d = tempfile.mkdtemp()
+    src, svg = os.path.join(d, 'deep.pb.gz'), os.path.join(d, 'deep.svg')
+    open(src, 'wb').write(gzip.compress(msg))
+    run([PM, 'flame', src, '-o', svg], check=0)
+    frames = [g for g in ET.parse(svg).getroot().iter('{http://www.w3.org/2000/svg}g') if g.get('class') == 'f']
+    expect(1000 <= len(frames) <= 1100, 'the stack drawn cut to about 1024 frames: %d' % len(frames))
+    shutil.rmtree(d)
+
+
 def flame_script(svg, root, sites):
     """The SVG's own script, run by node against a stand-in DOM: hovering a
     frame shows its title, a click zooms it to the full width and hides
