@@ -561,11 +561,18 @@ void pm_sites_remove(pm_span_t *s, void *p)
         if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
             if (s->sampled[1] == p) s->sampled[1] = NULL;
-            if (--s->nsampled == 0) {
+            /* unflag: the bits only, so pages the carve has not reached
+             * keep their class word at 0 (central.c).  Without an overflow
+             * the span's live samples are the ones in sampled[], so p's
+             * page alone goes, unless the other one starts on it; after
+             * one, every page at the last (test_prof_sites.c:
+             * test_sampled_page_flags) */
+            uintptr_t other = (uintptr_t)s->sampled[0] | (uintptr_t)s->sampled[1];
+            if (--s->nsampled == 0 && s->sampled_overflow) {
                 s->sampled_overflow = 0;
-                /* unflag: the bits only, so pages the carve has not
-                 * reached keep their class word at 0 (central.c) */
                 for (size_t i = 0; i < s->npages; i++) pm_pagemap_mark_sampled(s->page + i, 0);
+            } else if (!s->sampled_overflow && (other >> PM_PAGE_SHIFT) != ((uintptr_t)p >> PM_PAGE_SHIFT)) {
+                pm_pagemap_mark_sampled((uintptr_t)p >> PM_PAGE_SHIFT, 0);
             }
         }
     }
