@@ -246,9 +246,14 @@ PM_INLINE bool cache_probe(cache_entry_t *e, cache_entry_t *alt, uint64_t key, u
  * fits the packed form; or found in the cache under its object's identity.
  * Returns it packed, or 0 with the rule in *r; adds to *touched the
  * start-up object whose tables it read, if they have pages to give back. */
+static _Atomic uint64_t slow_lookups;
+
+uint64_t pm_unwind_slow_lookups(void) { return pm_relaxed_load(&slow_lookups); }
+
 static PM_NOINLINE uint64_t find_rule_slow(uintptr_t pc, cache_ref_t c, pm_cfi_frame_rule_t *r,
                                            uint64_t *touched)
 {
+    pm_relaxed_add(&slow_lookups, 1);
     cache_entry_t *cache = c.t;
     uint32_t slot = cache_slot(pc, c.bits);
     cache_entry_t *e = &cache[slot], *alt = &cache[slot ^ 1];
@@ -418,6 +423,10 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
     pm_objects_give_back(touched);
     return n;
 }
+
+#else
+
+uint64_t pm_unwind_slow_lookups(void) { return 0; }
 
 #endif /* __x86_64__ */
 
