@@ -6,11 +6,12 @@
  * minus one; running totals and copies serve leak hunting, pm_hunt.h).
  * A stack's sizes past its first EXACT_SIZES share
  * a bucket per power of two, so the table grows with stacks, not sizes.
- * Locks: prof.lock (stacks, buckets, their arena) and one per record shard
- * (the records and sampled-block fields of the spans that hash to it),
- * never two at once; frees never take prof.lock.  Must never: unwind, map
- * memory or write a file under a lock, call malloc, or reach up to stats,
- * init or the dump API. */
+ * Locks: prof.lock (stacks, buckets, their arena), one per record shard
+ * (the records and sampled-block fields of the spans that hash to it) and
+ * slabs.lock (the chunks records are carved from), never two at once;
+ * frees never take prof.lock.  Must never: unwind, map memory or write a
+ * file under a lock, call malloc, or reach up to stats, init or the dump
+ * API. */
 #include "pm_internal.h"
 #include "pm_hunt.h"
 #include "pm_prof_types.h"
@@ -68,16 +69,17 @@ typedef struct record {
 } record_t;
 
 #define SHARDS 16
-/* Records come from slabs of SLAB_BYTES, mapped on their alignment, so a
- * record finds its slab by masking.  A slab whose records are all free is
- * unmapped, unless it is its shard's last one with room: at rate 1 a fill
- * until malloc failed left 166-173 MB of records behind, and
- * malloc(200 MiB) failed where glibc's and rate 0's succeeded
- * (test_harden: test_rate1_metadata_returned). */
+/* Records come from slabs of SLAB_BYTES, on their alignment, so a record
+ * finds its slab by masking.  A slab whose records are all free goes back
+ * to its chunk (its pages discarded), unless it is its shard's last one
+ * with room: at rate 1 a fill until malloc failed left 166-173 MB of
+ * records behind, and malloc(200 MiB) failed where glibc's and rate 0's
+ * succeeded (test_harden: test_rate1_metadata_returned). */
 #define SLAB_BYTES ((size_t)16 * 1024)
 typedef struct slab {
     struct slab *next, *prev;     /* the shard's slabs with a free record */
     record_t *free;               /* its free records */
+    struct chunk *chunk;          /* where it was carved */
     uint32_t live, cap;
     uint8_t listed;
 } slab_t;
@@ -118,6 +120,103 @@ static void *map_counted(size_t bytes, size_t align)
 static void unmap_counted(void *p, size_t bytes)
 {
     if (pm_os_unmap(p, bytes) == 0) atomic_fetch_sub_explicit(&mapped_bytes, bytes, memory_order_relaxed);
+}
+
+/* ---- slabs, carved from chunks ---------------------------------------
+ * Slabs come from chunks of CHUNK_SLABS (1 MiB), whose first slab's place
+ * holds the chunk's header: mapped one at a time, each small mapping
+ * landed between two growths of the page heap, whose free runs on either
+ * side could then never merge, and a program of blocks of a few MiB
+ * faulted three times as many pages at the default rate as at rate 0.
+ * A chunk whose slabs are all free is unmapped unless it is the last one.
+ * slabs.lock is a leaf: no other lock is taken under it. */
+#define CHUNK_SLABS 64
+#define CHUNK_BYTES (CHUNK_SLABS * SLAB_BYTES)
+#define CHUNK_ALL_FREE (~(uint64_t)1) /* slot 0 is the header */
+typedef struct chunk {
+    struct chunk *next, *prev;    /* chunks with a free slab */
+    uint64_t free;                /* bit i: slab i is free */
+    uint8_t listed;
+} chunk_t;
+
+static struct {
+    pm_lock_t lock;
+    chunk_t *avail;
+    uint64_t nchunks;
+} slabs = {.lock = PM_LOCK_INIT};
+
+static void chunk_link_locked(chunk_t *c)
+{
+    c->prev = NULL;
+    c->next = slabs.avail;
+    if (slabs.avail) slabs.avail->prev = c;
+    slabs.avail = c;
+    c->listed = 1;
+}
+
+static void chunk_unlink_locked(chunk_t *c)
+{
+    if (c->prev) c->prev->next = c->next;
+    else slabs.avail = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->listed = 0;
+}
+
+/* A slab, uninitialised, or NULL when no chunk can be mapped. */
+static slab_t *slab_get(void)
+{
+    for (;;) {
+        pm_lock(&slabs.lock);
+        chunk_t *c = slabs.avail;
+        if (c) {
+            uint64_t free = c->free;
+            unsigned i = (unsigned)__builtin_ctzll(free);
+            __atomic_store_n(&c->free, free & (free - 1), __ATOMIC_RELAXED);
+            if (!c->free) chunk_unlink_locked(c);
+            pm_unlock(&slabs.lock);
+            slab_t *sl = (slab_t *)((char *)c + i * SLAB_BYTES);
+            sl->chunk = c;
+            return sl;
+        }
+        pm_unlock(&slabs.lock);
+        c = map_counted(CHUNK_BYTES, SLAB_BYTES);
+        if (!c) return NULL;
+        c->free = CHUNK_ALL_FREE;
+        pm_lock(&slabs.lock);
+        chunk_link_locked(c);
+        __atomic_store_n(&slabs.nchunks, slabs.nchunks + 1, __ATOMIC_RELAXED);
+        pm_unlock(&slabs.lock);
+    }
+}
+
+/* Whether sl is the only slab taken from its chunk, and other chunks
+ * exist: a shard keeps its last slab with room, but not one that would
+ * keep a chunk mapped for nothing (read without slabs.lock: a stale
+ * answer only keeps or gives back one slab more). */
+static int slab_pins_chunk(const slab_t *sl)
+{
+    const chunk_t *c = sl->chunk;
+    uint64_t bit = (uint64_t)1 << (((const char *)sl - (const char *)c) / SLAB_BYTES);
+    return __atomic_load_n(&slabs.nchunks, __ATOMIC_RELAXED) > 1 &&
+           (__atomic_load_n(&c->free, __ATOMIC_RELAXED) | bit) == CHUNK_ALL_FREE;
+}
+
+/* Gives back a slab without live records; called without any lock. */
+static void slab_put(slab_t *sl)
+{
+    chunk_t *c = sl->chunk, *gone = NULL;
+    unsigned i = (unsigned)(((char *)sl - (char *)c) / SLAB_BYTES);
+    pm_os_discard(sl, SLAB_BYTES); /* before another thread can take it */
+    pm_lock(&slabs.lock);
+    __atomic_store_n(&c->free, c->free | (uint64_t)1 << i, __ATOMIC_RELAXED);
+    if (!c->listed) chunk_link_locked(c);
+    if (c->free == CHUNK_ALL_FREE && slabs.nchunks > 1) {
+        chunk_unlink_locked(c);
+        __atomic_store_n(&slabs.nchunks, slabs.nchunks - 1, __ATOMIC_RELAXED);
+        gone = c;
+    }
+    pm_unlock(&slabs.lock);
+    if (gone) unmap_counted(gone, CHUNK_BYTES);
 }
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
@@ -293,7 +392,7 @@ static record_t *record_take_locked(shard_t *sh)
 }
 
 /* Gives r back to its slab; returns the slab when it is now empty and not
- * the shard's last with room, for the caller to unmap after unlocking. */
+ * the shard's last with room, for the caller to put after unlocking. */
 static slab_t *record_put_locked(shard_t *sh, record_t *r)
 {
     slab_t *sl = (slab_t *)((uintptr_t)r & ~(uintptr_t)(SLAB_BYTES - 1));
@@ -301,7 +400,7 @@ static slab_t *record_put_locked(shard_t *sh, record_t *r)
     sl->free = r;
     if (!sl->listed) slab_link_locked(sh, sl);
     if (--sl->live) return NULL;
-    if (sh->slabs == sl && !sl->next) return NULL; /* kept for the next sample */
+    if (sh->slabs == sl && !sl->next && !slab_pins_chunk(sl)) return NULL; /* kept for the next sample */
     slab_unlink_locked(sh, sl);
     sh->nslabs--;
     return sl;
@@ -315,7 +414,7 @@ static int lock_shard(shard_t *sh)
         int r = 0;
         if (!sh->slabs) {
             pm_unlock(&sh->lock);
-            slab_t *sl = map_counted(SLAB_BYTES, SLAB_BYTES);
+            slab_t *sl = slab_get();
             pm_lock(&sh->lock);
             if (!sl) r = -1;
             else slab_link_locked(sh, slab_init(sl));
@@ -579,7 +678,7 @@ void pm_sites_remove(pm_span_t *s, void *p)
     if (s->cls == 0) s->sample = NULL;
     int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
     pm_unlock(&sh->lock);
-    if (empty) unmap_counted(empty, SLAB_BYTES);
+    if (empty) slab_put(empty);
     if (shrink) shrink_records(sh);
 }
 
@@ -587,10 +686,13 @@ void pm_sites_lock_all(void)
 {
     pm_lock(&prof.lock);
     for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
+    pm_lock(&slabs.lock);
 }
 
 void pm_sites_unlock_all(int child)
 {
+    if (child) pm_lock_reset(&slabs.lock);
+    else pm_unlock(&slabs.lock);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);

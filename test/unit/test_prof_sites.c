@@ -110,12 +110,42 @@ static void test_unsampled_neighbour_free(void **state)
     assert_int_equal(pm_sites_live_samples(), 0);
 }
 
+/* Records come from chunks of 1 MiB mapped at once (not from a mapping
+ * per 16 KiB slab, which left holes between the page heap's growths), and
+ * freed records' slabs serve the next samples. */
+static void test_records_from_chunks(void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    static void *p[N];
+    uint64_t before = pm_sites_mapped_bytes(), peak = 0;
+    for (int round = 0; round < 2; round++) {
+        profmalloc_set_sample_rate(1);
+        for (int i = 0; i < N; i++) assert_non_null(p[i] = pm_malloc(256)); /* 32 to a span */
+        profmalloc_set_sample_rate(0);
+        assert_int_equal(pm_sites_live_samples(), N);
+        uint64_t now = pm_sites_mapped_bytes();
+        if (round == 0) {
+            peak = now;
+            assert_true(now > before); /* 40 000 records of 48 bytes */
+            assert_int_equal((now - before) % (1u << 20), 0);
+            assert_true(now - before <= (4u << 20));
+        } else {
+            assert_true(now <= peak);
+        }
+        for (int i = 0; i < N; i++) pm_free(p[i]);
+        assert_int_equal(pm_sites_live_samples(), 0);
+        assert_true(pm_sites_mapped_bytes() <= peak);
+    }
+}
+
 int main(void)
 {
     core_test_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sampled_page_flags),
         cmocka_unit_test(test_unsampled_neighbour_free),
+        cmocka_unit_test(test_records_from_chunks),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
 }
