@@ -123,18 +123,20 @@ static void unmap_counted(void *p, size_t bytes)
 }
 
 /* ---- slabs, carved from chunks ---------------------------------------
- * Slabs come from chunks of CHUNK_SLABS (1 MiB), whose first slab's place
- * holds the chunk's header: mapped one at a time, each small mapping
+ * Slabs come from chunks of 1 MiB, mapped as they are (no trim to an
+ * alignment), which hold a header and the CHUNK_SLABS aligned slabs that
+ * fit after it.  Mapped one at a time, each small mapping
  * landed between two growths of the page heap, whose free runs on either
  * side could then never merge, and a program of blocks of a few MiB
  * faulted three times as many pages at the default rate as at rate 0.
  * A chunk whose slabs are all free is unmapped unless it is the last one.
  * slabs.lock is a leaf: no other lock is taken under it. */
-#define CHUNK_SLABS 64
-#define CHUNK_BYTES (CHUNK_SLABS * SLAB_BYTES)
-#define CHUNK_ALL_FREE (~(uint64_t)1) /* slot 0 is the header */
+#define CHUNK_BYTES ((size_t)1 << 20)
+#define CHUNK_SLABS (CHUNK_BYTES / SLAB_BYTES - 1)
+#define CHUNK_ALL_FREE (((uint64_t)1 << CHUNK_SLABS) - 1)
 typedef struct chunk {
     struct chunk *next, *prev;    /* chunks with a free slab */
+    char *base;                   /* slab 0, on SLAB_BYTES */
     uint64_t free;                /* bit i: slab i is free */
     uint8_t listed;
 } chunk_t;
@@ -174,13 +176,14 @@ static slab_t *slab_get(void)
             __atomic_store_n(&c->free, free & (free - 1), __ATOMIC_RELAXED);
             if (!c->free) chunk_unlink_locked(c);
             pm_unlock(&slabs.lock);
-            slab_t *sl = (slab_t *)((char *)c + i * SLAB_BYTES);
+            slab_t *sl = (slab_t *)(c->base + i * SLAB_BYTES);
             sl->chunk = c;
             return sl;
         }
         pm_unlock(&slabs.lock);
-        c = map_counted(CHUNK_BYTES, SLAB_BYTES);
+        c = map_counted(CHUNK_BYTES, 0);
         if (!c) return NULL;
+        c->base = (char *)(((uintptr_t)(c + 1) + SLAB_BYTES - 1) & ~(uintptr_t)(SLAB_BYTES - 1));
         c->free = CHUNK_ALL_FREE;
         pm_lock(&slabs.lock);
         chunk_link_locked(c);
@@ -196,7 +199,7 @@ static slab_t *slab_get(void)
 static int slab_pins_chunk(const slab_t *sl)
 {
     const chunk_t *c = sl->chunk;
-    uint64_t bit = (uint64_t)1 << (((const char *)sl - (const char *)c) / SLAB_BYTES);
+    uint64_t bit = (uint64_t)1 << (((const char *)sl - c->base) / SLAB_BYTES);
     return __atomic_load_n(&slabs.nchunks, __ATOMIC_RELAXED) > 1 &&
            (__atomic_load_n(&c->free, __ATOMIC_RELAXED) | bit) == CHUNK_ALL_FREE;
 }
@@ -205,7 +208,7 @@ static int slab_pins_chunk(const slab_t *sl)
 static void slab_put(slab_t *sl)
 {
     chunk_t *c = sl->chunk, *gone = NULL;
-    unsigned i = (unsigned)(((char *)sl - (char *)c) / SLAB_BYTES);
+    unsigned i = (unsigned)(((char *)sl - c->base) / SLAB_BYTES);
     pm_os_discard(sl, SLAB_BYTES); /* before another thread can take it */
     pm_lock(&slabs.lock);
     __atomic_store_n(&c->free, c->free | (uint64_t)1 << i, __ATOMIC_RELAXED);
