@@ -377,7 +377,12 @@ PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c,
 {
     pm_cfi_frame_rule_t rule;
     uint64_t d = find_rule(fr->pc - 1, c, &rule, touched);
-    if (PM_UNLIKELY(!d)) return step_rule(&rule, fr, lo, hi);
+    if (PM_UNLIKELY(!d)) {
+        frame_t f = *fr; /* so that the walk's frame can stay in registers */
+        int result = step_rule(&rule, &f, lo, hi);
+        *fr = f;
+        return result;
+    }
     int result = (int)((d >> 1) & 3);
     if (result != PM_STEP_OK) return result;
     uintptr_t cfa = ((d >> 3) & 1 ? fr->bp : fr->sp) + (uintptr_t)((d >> 24) & UINT32_MAX);
