@@ -442,9 +442,14 @@ static void *arena_take_locked(size_t bytes)
 
 static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
 {
-    uint64_t h = pm_mix64(depth);
-    for (uint32_t i = 0; i < depth; i++) h = pm_mix64(h ^ pcs[i]);
-    return h;
+    /* a multiply and a fold per PC, one full mix at the end: the table
+     * compares whole stacks, the hash only spreads them */
+    uint64_t h = depth;
+    for (uint32_t i = 0; i < depth; i++) {
+        h = (h ^ pcs[i]) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 32;
+    }
+    return pm_mix64(h);
 }
 
 static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint32_t depth,
@@ -490,8 +495,9 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
  * computed before the lock. */
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
-    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ pm_mix64(gkey));
+    /* sizes and group keys differ, and stay apart through an odd multiplier */
+    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ size * 0xff51afd7ed558ccdull);
+    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ gkey * 0xff51afd7ed558ccdull);
     bucket_t *b = bucket_seen(t, bh, pcs, depth, size);
     if (!b) b = bucket_seen(t, gh, pcs, depth, gkey);
     if (b) return b;
