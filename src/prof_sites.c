@@ -78,9 +78,9 @@ typedef struct record {
 #define SLAB_BYTES ((size_t)16 * 1024)
 typedef struct slab {
     struct slab *next, *prev;     /* the shard's slabs with a free record */
-    record_t *free;               /* its free records */
+    record_t *free;               /* its freed records */
     struct chunk *chunk;          /* where it was carved */
-    uint32_t live, cap;
+    uint32_t live, carved;        /* records in use, ever cut from the front */
     uint8_t listed;
 } slab_t;
 #define SLAB_FIRST ((sizeof(slab_t) + sizeof(record_t) - 1) / sizeof(record_t))
@@ -353,16 +353,13 @@ static int lock_sites(void)
     }
 }
 
+/* Records are cut from the slab's front as they are needed, so a new
+ * slab costs no loop and its untouched pages stay unfaulted. */
 static slab_t *slab_init(slab_t *sl)
 {
-    record_t *recs = (record_t *)sl + SLAB_FIRST;
     sl->free = NULL;
-    for (size_t i = SLAB_RECORDS; i-- > 0;) {
-        recs[i].node.next = (node_t *)sl->free;
-        sl->free = &recs[i];
-    }
     sl->live = 0;
-    sl->cap = (uint32_t)SLAB_RECORDS;
+    sl->carved = 0;
     return sl;
 }
 
@@ -388,9 +385,10 @@ static record_t *record_take_locked(shard_t *sh)
 {
     slab_t *sl = sh->slabs;
     record_t *r = sl->free;
-    sl->free = (record_t *)r->node.next;
+    if (r) sl->free = (record_t *)r->node.next;
+    else r = (record_t *)sl + SLAB_FIRST + sl->carved++;
     sl->live++;
-    if (!sl->free) slab_unlink_locked(sh, sl);
+    if (!sl->free && sl->carved == SLAB_RECORDS) slab_unlink_locked(sh, sl);
     return r;
 }
 
