@@ -36,7 +36,7 @@ int pm_unwind_get_mode(void);
 int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
 /* How many frames' rules were not found by the PC alone (the loader was
- * asked for their object): x86-64 only, for the tests. */
+ * asked for their object), about: x86-64 only, for the tests. */
 uint64_t pm_unwind_slow_lookups(void);
 
 /* prof_unwind_go.c: where a DWARF walk ended at pc (a return address),
