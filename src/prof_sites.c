@@ -421,7 +421,7 @@ static int lock_shard(shard_t *sh)
             else slab_link_locked(sh, slab_init(sl));
             if (r == 0) r = 1;
         }
-        if (r == 0) r = table_room(&sh->lock, &sh->records);
+        if (r == 0 && sh->records.count + 2 > sh->records.nheads * 2) r = table_room(&sh->lock, &sh->records);
         if (r == 0) return 0;
         if (r < 0) {
             pm_unlock(&sh->lock);
