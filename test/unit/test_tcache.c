@@ -575,6 +575,47 @@ static void test_tcache_small_classes_capped(void **state)
     assert_true(r.small_max > ((size_t)1 << 20) / 2);
 }
 
+/* A thread that filled its cache with one size and moves on to another
+ * gets the room back from the idle list within a few passes: scavenges
+ * come once per window of refused growths, 4 per class with a limit, so a
+ * thread using few classes is not held to the window a thread cycling
+ * through 60 needs (tcache.c scavenge_window). */
+typedef struct {
+    uint32_t old_len, new_len, rounds;
+} move_t;
+
+static void cycle_size(size_t size, int n)
+{
+    void *b[64];
+    for (int i = 0; i < n; i++) assert_non_null(b[i] = pm_malloc(size));
+    for (int i = 0; i < n; i++) pm_free(b[i]);
+}
+
+static void *move_thread(void *arg)
+{
+    move_t *r = arg;
+    unsigned a = pm_sizeclass_of(64 << 10), b = pm_sizeclass_of(40 << 10);
+    for (int i = 0; i < 20; i++) cycle_size(64 << 10, 64); /* 4 MiB cached */
+    r->old_len = pm_tls.list[a].max_len;
+    for (r->rounds = 0; r->rounds < 200 && pm_tls.list[b].max_len < 48; r->rounds++) cycle_size(40 << 10, 60);
+    r->new_len = pm_tls.list[b].max_len;
+    check_tcache_invariants(&pm_tls, "move thread");
+    return NULL;
+}
+
+static void test_tcache_moves_to_new_size(void **state)
+{
+    (void)state;
+    move_t r = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, move_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    /* the first size held most of the budget */
+    if (r.old_len < 40) fail_msg("64 KiB list reached only %u", r.old_len);
+    if (r.new_len < 48 || r.rounds > 3) /* 7 with a window of 1024 for all */
+        fail_msg("40 KiB list at %u after %u passes (64 KiB list had %u)", r.new_len, r.rounds, r.old_len);
+}
+
 /* The global pool bounds the caches of threads that sleep, too: each of
  * SLEEPERS threads in turn grows its cache as far as it can, then sleeps
  * (as a Python thread waiting for the GIL does).  Once the pool is spent, a
@@ -648,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_tcache_crowd_steals_bounded),
         cmocka_unit_test(test_tcache_thread_cap),
         cmocka_unit_test(test_tcache_small_classes_capped),
+        cmocka_unit_test(test_tcache_moves_to_new_size),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
     };
     int failed = 0;
