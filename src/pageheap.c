@@ -1037,7 +1037,8 @@ static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_spa
         left -= got;
         aged -= got < aged ? got : aged;
     }
-    for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH && left; i++) {
+    /* (a plan with no cap, the growth rule's, walks no list) */
+    for (size_t i = 0; i <= LISTS && k < RELEASE_BATCH && left && ph.free_pages[KIND_FREE] > plan->keep_pages; i++) {
         /* longest first: the large list, then 128 down to 1 pages */
         size_t idx = i == 0 ? 0 : LISTS + 1 - i;
         if (plan->long_only && idx && idx < UNMAP_PAGES) break;

@@ -25,15 +25,31 @@ PM_TLS pm_tcache_t pm_tls;
 #define MIN_BUDGET ((size_t)64 * 1024)
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
-/* One thread never caches more: tcmalloc's 4 MiB cost programs with many
- * mostly idle threads (bench/pythreads) peak RSS for no speed. */
-#define MAX_BUDGET ((size_t)1 << 20)
+/* A busy thread's cache may grow to this, as tcmalloc's may: a class
+ * above 16 KiB moves 2-4 objects per central trip, so a program cycling
+ * through the ~30 classes from 16 to 256 KiB (bench/mixed -m medium) made
+ * a trip for most of its operations with 1 MiB for all classes. */
+#define MAX_BUDGET ((size_t)4 << 20)
+/* ... but the classes up to SMALL_CLASS_MAX (4 or more objects a trip)
+ * never hold more than this: 4 MiB of them per thread cost a program
+ * whose threads take turns (bench/pythreads) 20 % more peak RSS for no
+ * speed (test_tcache_small_classes_capped). */
+#define MAX_SMALL_BUDGET ((size_t)1 << 20)
+#define SMALL_CLASS_MAX 16384
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
 #define FIRST_LEN 4      /* a list's length limit at its first use */
 #define STEAL_TRIES 16   /* threads one budget growth looks at (grow_budget) */
 #define STEAL_BACKOFF_MAX 1024
-#define SCAVENGE_EVERY 16
+/* Refused growths between two scavenges, per class with a limit: a list
+ * is idle when it saw no refill or overflow in a window that long.  16 for
+ * all threads halved lists of a thread cycling through ~60 medium classes
+ * that had been idle only for a sixtieth of a pass, which then refilled
+ * them (bench/mixed -m medium: 101 M instructions, 70.7 M at 4 per class,
+ * 72.4 M at 16 per class); a thread using a few classes still moves on to
+ * new sizes within a few dozen refills (test_tcache_moves_to_new_size). */
+#define SCAVENGE_PER_CLASS 4
+#define SCAVENGE_MIN 16
 
 /* The registry of live thread caches.  Its nodes live in metadata memory,
  * not in the threads' TLS: a thread whose first allocation comes in its
@@ -177,6 +193,7 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     }
     atomic_store(&t->budget, budget);
     t->capacity = 0;
+    t->small_capacity = 0;
     t->state = PM_THREAD_ACTIVE;
     t->flush_seen = pm_relaxed_load(&flush_requests);
     pm_lock(&reg_lock);
@@ -243,20 +260,49 @@ static void release(pm_tlist_t *l, unsigned cls, uint32_t n)
     }
 }
 
+static inline int small_class(unsigned cls) { return pm_class_size[cls] <= SMALL_CLASS_MAX; }
+
+/* Sets list cls's limit to n, keeping the capacities and the map of
+ * limited classes (which scavenge and shrink walk) in step. */
+static void set_limit(pm_tcache_t *t, unsigned cls, uint32_t n)
+{
+    pm_tlist_t *l = &t->list[cls];
+    size_t size = pm_class_size[cls];
+    size_t before = (size_t)l->max_len * size, after = (size_t)n * size;
+    t->capacity = t->capacity - before + after;
+    if (small_class(cls)) t->small_capacity = t->small_capacity - before + after;
+    uint64_t bit = (uint64_t)1 << (cls & 63);
+    if (n) t->limited[cls >> 6] |= bit;
+    else t->limited[cls >> 6] &= ~bit;
+    l->max_len = n;
+}
+
+/* Refusals to wait before the next scavenge (SCAVENGE_PER_CLASS). */
+static uint16_t scavenge_window(const pm_tcache_t *t)
+{
+    unsigned n = 0;
+    for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++) n += (unsigned)__builtin_popcountll(t->limited[w]);
+    n *= SCAVENGE_PER_CLASS;
+    return (uint16_t)(n < SCAVENGE_MIN ? SCAVENGE_MIN : n);
+}
+
+/* Halves list cls's limit, releasing what no longer fits. */
+static void halve(pm_tcache_t *t, unsigned cls)
+{
+    pm_tlist_t *l = &t->list[cls];
+    uint32_t keep = l->max_len / 2;
+    set_limit(t, cls, keep);
+    if (l->len > keep) release(l, cls, l->len - keep);
+}
+
 /* Lowers list lengths until capacity fits the (possibly lowered) budget. */
 static void shrink(pm_tcache_t *t)
 {
     size_t budget = atomic_load(&t->budget);
     while (t->capacity > budget) {
         size_t before = t->capacity;
-        for (unsigned cls = 1; cls < pm_class_count; cls++) {
-            pm_tlist_t *l = &t->list[cls];
-            if (!l->max_len) continue;
-            uint32_t keep = l->max_len / 2;
-            t->capacity -= (size_t)(l->max_len - keep) * pm_class_size[cls];
-            l->max_len = keep;
-            if (l->len > keep) release(l, cls, l->len - keep);
-        }
+        for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++)
+            for (uint64_t m = t->limited[w]; m; m &= m - 1) halve(t, w * 64 + (unsigned)__builtin_ctzll(m));
         PM_CHECK(t->capacity < before, "thread cache capacity out of step");
     }
 }
@@ -330,16 +376,12 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
 static size_t scavenge(pm_tcache_t *t)
 {
     size_t before = t->capacity;
-    for (unsigned cls = 1; cls < pm_class_count; cls++) {
-        pm_tlist_t *l = &t->list[cls];
-        if (!t->active[cls] && l->max_len) {
-            uint32_t keep = l->max_len / 2;
-            t->capacity -= (size_t)(l->max_len - keep) * pm_class_size[cls];
-            l->max_len = keep;
-            if (l->len > keep) release(l, cls, l->len - keep);
+    for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++)
+        for (uint64_t m = t->limited[w]; m; m &= m - 1) {
+            unsigned cls = w * 64 + (unsigned)__builtin_ctzll(m);
+            if (!t->active[cls]) halve(t, cls);
+            t->active[cls] = 0;
         }
-        t->active[cls] = 0;
-    }
     return before - t->capacity;
 }
 
@@ -363,6 +405,16 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
     if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
     size_t bytes = (size_t)by * pm_class_size[cls];
     if (!by) return;
+    if (small_class(cls) && t->small_capacity + bytes > MAX_SMALL_BUDGET) {
+        /* the small classes' own ceiling: only their idle lists make room */
+        if (t->scavenge_skip) {
+            t->scavenge_skip--;
+            return;
+        }
+        t->scavenge_skip = scavenge_window(t);
+        scavenge(t);
+        if (t->small_capacity + bytes > MAX_SMALL_BUDGET) return;
+    }
     if (t->capacity + bytes > atomic_load(&t->budget)) {
         /* no budget to be had: idle lists give up room.  While stealing
          * waits its turn, scavenging (it walks every class) runs when the
@@ -372,22 +424,19 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
          * not 0.5 s */
         int grown = grow_budget(t, bytes);
         if (grown < 0 && (t->steal_skip & 15)) return;
-        /* At the budget's ceiling, a scavenge every SCAVENGE_EVERY refusals:
-         * one per refusal walked every class on nearly every refill of a
-         * thread cycling through the medium classes,
-         * and halved lists that had been idle only since the refill before
-         * (bench/mixed -m medium). */
+        /* At the budget's ceiling, a scavenge once per window of refusals
+         * (scavenge_window): one per refusal walked every class on nearly
+         * every refill of a thread cycling through the medium classes. */
         if (grown <= 0) {
             if (grown == 0 && t->scavenge_skip) {
                 t->scavenge_skip--;
                 return;
             }
-            t->scavenge_skip = SCAVENGE_EVERY;
+            t->scavenge_skip = scavenge_window(t);
             if (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget)) return;
         }
     }
-    l->max_len += by;
-    t->capacity += bytes;
+    set_limit(t, cls, l->max_len + by);
 }
 
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
@@ -422,8 +471,7 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
     t->active[cls] = 1;
     release(l, cls, l->len < batch ? l->len : batch);
     if (l->max_len > batch && ++t->overflows[cls] > MAX_OVERFLOWS) {
-        l->max_len -= batch;
-        t->capacity -= (size_t)batch * pm_class_size[cls];
+        set_limit(t, cls, l->max_len - batch);
         t->overflows[cls] = 0;
         if (l->len > l->max_len) release(l, cls, l->len - l->max_len);
     }
@@ -437,6 +485,8 @@ void pm_tcache_flush_all(pm_tcache_t *t)
         l->max_len = 0;
     }
     t->capacity = 0;
+    t->small_capacity = 0;
+    for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++) t->limited[w] = 0;
 }
 
 void pm_tcache_thread_exit(void *arg)

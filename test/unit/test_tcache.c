@@ -8,15 +8,22 @@
 
 static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
 {
-    size_t cap = 0;
+    size_t cap = 0, small = 0;
     for (unsigned c = 1; c < pm_class_count; c++) {
         const pm_tlist_t *l = &t->list[c];
         cap += (size_t)l->max_len * pm_class_size[c];
+        if (pm_class_size[c] <= 16384) small += (size_t)l->max_len * pm_class_size[c];
+        int limited = (t->limited[c / 64] >> (c % 64)) & 1;
+        if (limited != (l->max_len > 0))
+            fail_msg("%s: class %u: max_len %u but limited bit %d", where, c, l->max_len, limited);
         uint32_t n = 0;
         for (void *p = l->head; p && n <= l->len; p = pm_link_get(p)) n++;
         if (n != l->len) fail_msg("%s: class %u: len %u but %u on the list", where, c, l->len, n);
     }
     if (cap != t->capacity) fail_msg("%s: capacity %zu != Σ max_len·size %zu", where, t->capacity, cap);
+    if (small != t->small_capacity)
+        fail_msg("%s: small capacity %zu != Σ max_len·size up to 16 KiB %zu", where, t->small_capacity, small);
+    if (small > ((size_t)1 << 20)) fail_msg("%s: small classes hold %zu bytes, over 1 MiB", where, small);
     size_t budget = atomic_load(&((pm_tcache_t *)t)->budget);
     if (t->capacity > budget) fail_msg("%s: capacity %zu > budget %zu", where, t->capacity, budget);
 }
@@ -484,49 +491,129 @@ static void test_tcache_crowd_steals_bounded(void **state)
     assert_true(walks <= (uint64_t)CROWD * 48); /* and few looks per thread (~16 here; 800 without the wait) */
 }
 
-/* One thread's cache never holds more than 1 MiB (tcache.c MAX_BUDGET),
- * however much the global pool has left: a thread that cycles through
- * blocks of 8..64 KiB grows its lists up to that cap and no further. */
+/* One thread's cache never holds more than 4 MiB (tcache.c MAX_BUDGET),
+ * however much the global pool has left, and of that at most 1 MiB in
+ * classes up to 16 KiB (MAX_SMALL_BUDGET): a thread that cycles 32 MB of
+ * blocks of 32..256 KiB through its cache grows its lists past 1 MiB up to
+ * the cap; one that cycles 1.6 MB of blocks of 1..16 KiB stops at 1 MiB. */
 typedef struct {
-    size_t budget_max, capacity_max;
+    size_t budget_max, capacity_max, small_max;
     uint32_t over_budget;
+    size_t first; /* the cycle's smallest block; it doubles 4 times */
 } cap_t;
 
-/* One round of 1.5 MB through the thread's cache: 48 blocks of 8..64 KiB
- * allocated, then freed. */
-static void cycle_big_blocks(void)
+/* One round of n (<= 256) blocks of first..16 x first bytes through the
+ * thread's cache: allocated, then freed. */
+static void cycle_blocks(size_t first, int n)
 {
-    enum { N = 48 };
-    void *b[N];
-    for (int i = 0; i < N; i++) assert_non_null(b[i] = pm_malloc((size_t)8192 << (i % 4)));
-    for (int i = 0; i < N; i++) pm_free(b[i]);
+    void *b[256];
+    for (int i = 0; i < n; i++) assert_non_null(b[i] = pm_malloc(first << (i % 5)));
+    for (int i = 0; i < n; i++) pm_free(b[i]);
+}
+
+/* 2 MB of blocks of 8..128 KiB, small and not. */
+static void cycle_big_blocks(void) { cycle_blocks(8192, 48); }
+
+/* 256 live blocks of first..16 x first bytes, one replaced at random
+ * 256 times (a program's steady state: frees and mallocs interleave). */
+static void replace_blocks(void *live[256], size_t first, uint64_t *seed)
+{
+    for (int i = 0; i < 256; i++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned k = (unsigned)(*seed >> 56), e = (unsigned)(*seed >> 40) % 5;
+        pm_free(live[k]);
+        assert_non_null(live[k] = pm_malloc(first << e));
+    }
 }
 
 static void *cap_thread(void *arg)
 {
     cap_t *r = arg;
+    uint64_t seed = 1;
+    void *live[256] = {0};
     for (int round = 0; round < 40; round++) {
-        cycle_big_blocks();
+        cycle_blocks(r->first, 256);
+        replace_blocks(live, r->first, &seed);
         size_t budget = atomic_load(&pm_tls.budget);
         if (budget > r->budget_max) r->budget_max = budget;
         if (pm_tls.capacity > r->capacity_max) r->capacity_max = pm_tls.capacity;
+        if (pm_tls.small_capacity > r->small_max) r->small_max = pm_tls.small_capacity;
         if (pm_tls.capacity > budget) r->over_budget++;
+        check_tcache_invariants(&pm_tls, "cap thread");
     }
+    for (int i = 0; i < 256; i++) pm_free(live[i]);
     return NULL;
+}
+
+static cap_t run_cap_thread(size_t first)
+{
+    cap_t r = {.first = first};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cap_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.over_budget, 0);
+    return r;
 }
 
 static void test_tcache_thread_cap(void **state)
 {
     (void)state;
-    cap_t r = {0};
-    assert_true(pm_options.tcache_bytes > ((size_t)4 << 20)); /* the pool is not the limit */
+    assert_true(pm_options.tcache_bytes > ((size_t)8 << 20)); /* the pool is not the limit */
+    cap_t r = run_cap_thread(32768);
+    assert_true(r.budget_max <= ((size_t)4 << 20));
+    /* the lists did grow past the small classes' ceiling, towards the cap */
+    if (r.capacity_max <= ((size_t)2 << 20)) fail_msg("lists reached %zu bytes (budget %zu), not past 2 MiB", r.capacity_max, r.budget_max);
+}
+
+static void test_tcache_small_classes_capped(void **state)
+{
+    (void)state;
+    cap_t r = run_cap_thread(1024);
+    assert_true(r.small_max <= ((size_t)1 << 20));
+    assert_true(r.capacity_max <= ((size_t)1 << 20));
+    /* and they did reach it: 256 blocks of up to 16 KiB cycle through them */
+    assert_true(r.small_max > ((size_t)1 << 20) / 2);
+}
+
+/* A thread that filled its cache with one size and moves on to another
+ * gets the room back from the idle list within a few passes: scavenges
+ * come once per window of refused growths, 4 per class with a limit, so a
+ * thread using few classes is not held to the window a thread cycling
+ * through 60 needs (tcache.c scavenge_window). */
+typedef struct {
+    uint32_t old_len, new_len, rounds;
+} move_t;
+
+static void cycle_size(size_t size, int n)
+{
+    void *b[64];
+    for (int i = 0; i < n; i++) assert_non_null(b[i] = pm_malloc(size));
+    for (int i = 0; i < n; i++) pm_free(b[i]);
+}
+
+static void *move_thread(void *arg)
+{
+    move_t *r = arg;
+    unsigned a = pm_sizeclass_of(64 << 10), b = pm_sizeclass_of(40 << 10);
+    for (int i = 0; i < 20; i++) cycle_size(64 << 10, 64); /* 4 MiB cached */
+    r->old_len = pm_tls.list[a].max_len;
+    for (r->rounds = 0; r->rounds < 200 && pm_tls.list[b].max_len < 48; r->rounds++) cycle_size(40 << 10, 60);
+    r->new_len = pm_tls.list[b].max_len;
+    check_tcache_invariants(&pm_tls, "move thread");
+    return NULL;
+}
+
+static void test_tcache_moves_to_new_size(void **state)
+{
+    (void)state;
+    move_t r = {0};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, cap_thread, &r), 0);
+    assert_int_equal(pthread_create(&th, NULL, move_thread, &r), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(r.over_budget, 0);
-    assert_true(r.budget_max <= ((size_t)1 << 20));
-    /* the lists did grow to the cap: 1.5 MB of blocks cycle through them */
-    assert_true(r.capacity_max > ((size_t)1 << 20) / 2);
+    /* the first size held most of the budget */
+    if (r.old_len < 40) fail_msg("64 KiB list reached only %u", r.old_len);
+    if (r.new_len < 48 || r.rounds > 3) /* 7 with a window of 1024 for all */
+        fail_msg("40 KiB list at %u after %u passes (64 KiB list had %u)", r.new_len, r.rounds, r.old_len);
 }
 
 /* The global pool bounds the caches of threads that sleep, too: each of
@@ -601,6 +688,8 @@ int main(void)
         cmocka_unit_test(test_tcache_budget_invariant),
         cmocka_unit_test(test_tcache_crowd_steals_bounded),
         cmocka_unit_test(test_tcache_thread_cap),
+        cmocka_unit_test(test_tcache_small_classes_capped),
+        cmocka_unit_test(test_tcache_moves_to_new_size),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
     };
     int failed = 0;
