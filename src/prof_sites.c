@@ -129,7 +129,8 @@ static void unmap_counted(void *p, size_t bytes)
  * landed between two growths of the page heap, whose free runs on either
  * side could then never merge, and a program of blocks of a few MiB
  * faulted three times as many pages at the default rate as at rate 0.
- * A chunk whose slabs are all free is unmapped unless it is the last one.
+ * A chunk whose slabs are all free is unmapped unless it is the last one
+ * (test_prof_sites.c: test_records_from_chunks).
  * slabs.lock is a leaf: no other lock is taken under it. */
 #define CHUNK_BYTES ((size_t)1 << 20)
 #define CHUNK_SLABS (CHUNK_BYTES / SLAB_BYTES - 1)
