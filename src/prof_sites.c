@@ -125,10 +125,9 @@ static void unmap_counted(void *p, size_t bytes)
 /* ---- slabs, carved from chunks ---------------------------------------
  * Slabs come from chunks of 1 MiB, mapped as they are (no trim to an
  * alignment), which hold a header and the CHUNK_SLABS aligned slabs that
- * fit after it.  Mapped one at a time, each small mapping
- * landed between two growths of the page heap, whose free runs on either
- * side could then never merge, and a program of blocks of a few MiB
- * faulted three times as many pages at the default rate as at rate 0.
+ * fit after it.  Mapped one at a time, each small mapping landed between
+ * two growths of the page heap, whose free runs on either side could then
+ * never merge.
  * A chunk whose slabs are all free is unmapped unless it is the last one
  * (test_prof_sites.c: test_records_from_chunks).
  * slabs.lock is a leaf: no other lock is taken under it. */
