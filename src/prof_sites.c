@@ -450,13 +450,31 @@ static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
     return pm_mix64(h);
 }
 
-static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint32_t depth,
+/* Is b the bucket of (stack, size)?  The stack is st when known (stacks
+ * are interned: one struct per stack), else pcs[0 .. depth). */
+static int same_site(const bucket_t *b, uint64_t bh, const stack_t *st, const uintptr_t *pcs, uint32_t depth,
                      uint64_t size)
 {
-    if (!b || b->node.hash != bh || b->size != size || b->stack->depth != depth) return 0;
+    if (!b || b->node.hash != bh || b->size != size) return 0;
+    if (st) return b->stack == st;
+    if (b->stack->depth != depth) return 0;
     for (uint32_t i = 0; i < depth; i++)
         if (b->stack->pcs[i] != pcs[i]) return 0;
     return 1;
+}
+
+/* The stack of the last sample (any thread's): a loop's samples share
+ * one, found here without hashing it.  Stacks are never freed or changed
+ * but for nsizes, which is not read through it. */
+static const stack_t *_Atomic last_stack;
+
+static const stack_t *stack_seen(const uintptr_t *pcs, uint32_t depth)
+{
+    const stack_t *st = atomic_load_explicit(&last_stack, memory_order_acquire);
+    if (!st || st->depth != depth) return NULL;
+    for (uint32_t i = 0; i < depth; i++)
+        if (st->pcs[i] != pcs[i]) return NULL;
+    return st;
 }
 
 /* A size's key in its stack's group buckets. */
@@ -467,15 +485,16 @@ static uint64_t group_key(uint64_t size)
 
 /* A bucket with this key found without prof.lock: the thread's recent
  * buckets, then the published view of the table. */
-static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const uintptr_t *pcs, uint32_t depth, uint64_t key)
+static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const stack_t *st, const uintptr_t *pcs, uint32_t depth,
+                             uint64_t key)
 {
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
-    if (same_site(*cached, bh, pcs, depth, key)) return *cached;
+    if (same_site(*cached, bh, st, pcs, depth, key)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
     if (v) {
         node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
         for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
-            if (same_site((bucket_t *)n, bh, pcs, depth, key)) return *cached = (bucket_t *)n;
+            if (same_site((bucket_t *)n, bh, st, pcs, depth, key)) return *cached = (bucket_t *)n;
     }
     return NULL;
 }
@@ -493,12 +512,17 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
  * computed before the lock. */
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
+    const stack_t *seen = stack_seen(pcs, depth);
+    uint64_t sh = seen ? seen->node.hash : stack_hash(pcs, depth);
     /* sizes and group keys differ, and stay apart through an odd multiplier */
-    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ size * 0xff51afd7ed558ccdull);
+    uint64_t bh = pm_mix64(sh ^ size * 0xff51afd7ed558ccdull);
     uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ gkey * 0xff51afd7ed558ccdull);
-    bucket_t *b = bucket_seen(t, bh, pcs, depth, size);
-    if (!b) b = bucket_seen(t, gh, pcs, depth, gkey);
-    if (b) return b;
+    bucket_t *b = bucket_seen(t, bh, seen, pcs, depth, size);
+    if (!b) b = bucket_seen(t, gh, seen, pcs, depth, gkey);
+    if (b) {
+        if (!seen) atomic_store_explicit(&last_stack, b->stack, memory_order_release);
+        return b;
+    }
     if (lock_sites() != 0) return NULL;
     stack_t *st = NULL;
     for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
@@ -530,6 +554,7 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
     }
     pm_unlock(&prof.lock);
     t->prof_sites[bh & 7] = b;
+    atomic_store_explicit(&last_stack, st, memory_order_release);
     return b;
 }
 
