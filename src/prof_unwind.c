@@ -242,10 +242,6 @@ PM_INLINE bool cache_probe(cache_entry_t *e, cache_entry_t *alt, uint64_t key, u
     return true;
 }
 
-/* The rule for pc worked out from its object's tables, and cached if it
- * fits the packed form; or found in the cache under its object's identity.
- * Returns it packed, or 0 with the rule in *r; adds to *touched the
- * start-up object whose tables it read, if they have pages to give back. */
 /* Not a read-modify-write: walks in other threads may lose a count, which
  * the single-threaded tests that read it do not mind, and none pays for a
  * locked instruction on a shared line. */
@@ -253,6 +249,10 @@ static _Atomic uint64_t slow_lookups;
 
 uint64_t pm_unwind_slow_lookups(void) { return pm_relaxed_load(&slow_lookups); }
 
+/* The rule for pc worked out from its object's tables, and cached if it
+ * fits the packed form; or found in the cache under its object's identity.
+ * Returns it packed, or 0 with the rule in *r; adds to *touched the
+ * start-up object whose tables it read, if they have pages to give back. */
 static PM_NOINLINE uint64_t find_rule_slow(uintptr_t pc, cache_ref_t c, pm_cfi_frame_rule_t *r,
                                            uint64_t *touched)
 {
@@ -337,7 +337,7 @@ typedef struct {
 } frame_t;
 
 PM_INLINE bool eval_rule(const pm_cfi_rule_t *rule, const frame_t *fr, uintptr_t cfa, uintptr_t lo,
-                      uintptr_t hi, uintptr_t *out)
+                         uintptr_t hi, uintptr_t *out)
 {
     switch (rule->kind) {
     case PM_RULE_OFFSET: {
