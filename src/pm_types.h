@@ -56,6 +56,8 @@ typedef struct pm_span {
     void *sampled[2];
     uint64_t free_ns;         /* FREE: when it became free (monotonic) */
     struct pm_span *older, *newer; /* FREE: the page heap's age list */
+    struct pm_span *tl, *tr;  /* FREE or RETURNED, longer than the exact lists:
+                                 children in the page heap's size tree */
 } pm_span_t;
 
 /* ---- per-thread cache ---------------------------------------------------
