@@ -110,6 +110,7 @@ typedef struct pm_tcache {
     uint32_t flush_seen;            /* the flush request it last obeyed (tcache.c) */
     uint32_t new_ops;               /* NEW: slow-path operations so far */
     uint32_t hunt_slow;             /* slow paths since the clock was read (prof_peak.c) */
+    uint32_t idle_epoch;            /* release ticks seen at its last idle check (tcache.c) */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;
