@@ -32,7 +32,7 @@ W=("$@")
 [ ${#W[@]} -gt 0 ] || W=("mixed:mixed -n 1000000" "mixed2:mixed -t 2 -n 500000" "medium:mixed -m medium -n 300000"
     "server:server -n 30000" "prodcons:prodcons -n 1000000" "churn:churn -t 1 -n 3000000"
     "tide:tide -n 1" "bigtouch:bigtouch -n 50000" "bigrepeat:bigrepeat -n 500"
-    "large:large -n 1000" "bigmix:bigmix -n 3000 -l 128" "grow:grow" "realloc:realloc")
+    "large:large -n 1000" "bigmix:bigmix -n 3000 -l 128" "grow:grow" "realloc:realloc" "holes:holes -n 30000")
 . "$here/find-lib.sh"
 declare -A PRE
 A=(glibc)

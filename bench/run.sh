@@ -16,7 +16,7 @@
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow large bigmix frag replay pythreads pyrounds mixed mixed-mt
-#            medium server tide bigtouch bigrepeat
+#            medium server tide bigtouch bigrepeat holes
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +32,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium server tide bigtouch bigrepeat"
+    mixed mixed-mt medium server tide bigtouch bigrepeat holes"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -200,6 +200,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     bigrepeat:full)    echo "bigrepeat" ;;
     bigrepeat:small)   echo "bigrepeat -n 200" ;;
     bigrepeat:quick)   echo "bigrepeat -n 50" ;;
+    holes:full)        echo "holes" ;;
+    holes:small)       echo "holes -n 30000 -l 8000" ;;
+    holes:quick)       echo "holes -n 5000 -l 2000" ;;
     esac
 }
 

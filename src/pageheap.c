@@ -61,7 +61,7 @@ static struct {
     int64_t extents;             /* stretches of address space the heap holds, each
                                   * one mapping or more (see can_unmap) */
     int64_t max_extents;         /* holes split no more of them past this */
-    size_t long_max[2];          /* no run on lists[kind][0] is longer */
+    pm_span_t *tree[2];          /* lists[kind][0]'s spans by (npages, page) */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
@@ -105,6 +105,88 @@ static inline void mark_list(int kind, size_t npages, int on)
     else ph.nonempty[kind][i >> 6] &= ~bit;
 }
 
+/* ---- the size tree -------------------------------------------------------
+ * The spans longer than LISTS pages, of each kind, also sit in a treap
+ * keyed by (npages, page), its priorities a hash of the span struct's
+ * address: a best fit among tens of thousands of long free runs is a
+ * descent of ~2 log n nodes, where the walk of the list took 20 us per
+ * large malloc with 10 000 of them (bench/holes;
+ * test_pageheap_long_runs_best_fit). */
+static inline uint64_t tree_prio(const pm_span_t *s) { return pm_mix64((uintptr_t)s); }
+
+static inline int tree_less(const pm_span_t *a, const pm_span_t *b)
+{
+    return a->npages < b->npages || (a->npages == b->npages && a->page < b->page);
+}
+
+/* Splits tree t into the spans before k (*l) and the rest (*r). */
+static void tree_split(pm_span_t *t, const pm_span_t *k, pm_span_t **l, pm_span_t **r)
+{
+    while (t) {
+        if (tree_less(t, k)) {
+            *l = t;
+            l = &t->tr;
+            t = t->tr;
+        } else {
+            *r = t;
+            r = &t->tl;
+            t = t->tl;
+        }
+    }
+    *l = *r = NULL;
+}
+
+/* Joins trees a and b, every span of a before every span of b. */
+static pm_span_t *tree_merge(pm_span_t *a, pm_span_t *b)
+{
+    pm_span_t *root = NULL, **at = &root;
+    while (a && b) {
+        if (tree_prio(a) > tree_prio(b)) {
+            *at = a;
+            at = &a->tr;
+            a = a->tr;
+        } else {
+            *at = b;
+            at = &b->tl;
+            b = b->tl;
+        }
+    }
+    *at = a ? a : b;
+    return root;
+}
+
+static void tree_insert(pm_span_t **root, pm_span_t *s)
+{
+    uint64_t p = tree_prio(s);
+    while (*root && tree_prio(*root) > p) root = tree_less(s, *root) ? &(*root)->tl : &(*root)->tr;
+    tree_split(*root, s, &s->tl, &s->tr);
+    *root = s;
+}
+
+static void tree_remove(pm_span_t **root, pm_span_t *s)
+{
+    while (*root != s) {
+        PM_CHECK(*root != NULL, "page heap: long span missing from its tree");
+        root = tree_less(s, *root) ? &(*root)->tl : &(*root)->tr;
+    }
+    *root = tree_merge(s->tl, s->tr);
+}
+
+/* The shortest span of at least n pages, the lowest of equals. */
+static pm_span_t *tree_fit(pm_span_t *t, size_t n)
+{
+    pm_span_t *best = NULL;
+    while (t) {
+        if (t->npages >= n) {
+            best = t;
+            t = t->tl;
+        } else {
+            t = t->tr;
+        }
+    }
+    return best;
+}
+
 static void list_insert(pm_span_t *s)
 {
     pm_span_t **head = list_for(kind_of(s), s->npages);
@@ -114,7 +196,7 @@ static void list_insert(pm_span_t *s)
     if (*head) (*head)->prev = s;
     *head = s;
     ph.free_pages[kind_of(s)] += s->npages;
-    if (s->npages > ph.long_max[kind_of(s)]) ph.long_max[kind_of(s)] = s->npages;
+    if (s->npages > LISTS) tree_insert(&ph.tree[kind_of(s)], s);
     s->free_ns = ph.now;
     if (s->state == PM_SPAN_FREE) { /* newest end of the age list */
         s->older = ph.newest;
@@ -140,6 +222,7 @@ static void list_remove(pm_span_t *s)
     else *head = s->next;
     if (s->next) s->next->prev = s->prev;
     if (!*head) mark_list(kind_of(s), s->npages, 0);
+    if (s->npages > LISTS) tree_remove(&ph.tree[kind_of(s)], s);
     ph.free_pages[kind_of(s)] -= s->npages;
     if (s->state == PM_SPAN_FREE) age_unlink(s);
 }
@@ -331,20 +414,8 @@ static pm_span_t *best_fit_locked(size_t n)
                 return s;
             }
         }
-        /* the long list, unless none of it is long enough: a bound kept
-         * on insert and made exact by every walk, so many long rests that
-         * are all too short are not walked by every request
-         * (test_api: test_big_alignment_mappings_merge's 2 000 rests) */
-        if (n > ph.long_max[kind]) continue;
-        pm_span_t *best = NULL;
-        size_t longest = 0;
-        for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next) {
-            if (s->npages > longest) longest = s->npages;
-            if (s->npages >= n && (!best || s->npages < best->npages ||
-                                   (s->npages == best->npages && s->page < best->page)))
-                best = s;
-        }
-        ph.long_max[kind] = longest;
+        /* the long spans: the size tree */
+        pm_span_t *best = tree_fit(ph.tree[kind], n > LISTS ? n : LISTS + 1);
         if (best) return best;
     }
     return NULL;
@@ -1230,10 +1301,22 @@ void pm_pageheap_stats(pm_pageheap_stats_t *out)
     pm_unlock(&ph.lock);
 }
 
+/* Spans in tree t, all within (lo, hi) by key and of priority at most
+ * the parent's; SIZE_MAX when the order or the heap is broken. */
+static size_t tree_check(const pm_span_t *t, const pm_span_t *lo, const pm_span_t *hi, uint64_t max_prio)
+{
+    if (!t) return 0;
+    if ((lo && !tree_less(lo, t)) || (hi && !tree_less(t, hi)) || tree_prio(t) > max_prio || t->npages <= LISTS)
+        return SIZE_MAX;
+    size_t l = tree_check(t->tl, lo, t, tree_prio(t)), r = tree_check(t->tr, t, hi, tree_prio(t));
+    return l == SIZE_MAX || r == SIZE_MAX ? SIZE_MAX : l + r + 1;
+}
+
 /* Tests: the free lists and the age list agree.  0, or which check failed:
  * 1 a listed span's state or length list is wrong, 2 the pages on the
  * lists are not free_pages, 3 an age-list link is broken or a span on it
- * is not FREE, 4 the age list is not oldest first, 5 it does not hold
+ * is not FREE, 4 the age list is not oldest first, 6 a size tree is out
+ * of order or does not hold exactly its kind's long spans, 5 it does not hold
  * every FREE span. */
 int pm_pageheap_verify(void)
 {
@@ -1256,6 +1339,11 @@ int pm_pageheap_verify(void)
         if (++naged > nfree) bad = 5;
     }
     if (!bad && naged != nfree) bad = 5;
+    for (int kind = KIND_FREE; kind <= KIND_RETURNED && !bad; kind++) {
+        size_t nlong = 0;
+        for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next) nlong++;
+        if (tree_check(ph.tree[kind], NULL, NULL, UINT64_MAX) != nlong) bad = 6;
+    }
     pm_unlock(&ph.lock);
     return bad;
 }

@@ -221,6 +221,8 @@ void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
+void pm_tcache_tick(void);                 /* a release tick passed (alloc.c) */
+void pm_tcache_idle_check(pm_tcache_t *t); /* halves lists idle for a second of ticks */
 /* Asks every other thread to flush its cache at its next slow path (the
  * OS refused memory: alloc.c reclaim). */
 void pm_tcache_flush_others(void);

@@ -56,6 +56,8 @@ typedef struct pm_span {
     void *sampled[2];
     uint64_t free_ns;         /* FREE: when it became free (monotonic) */
     struct pm_span *older, *newer; /* FREE: the page heap's age list */
+    struct pm_span *tl, *tr;  /* FREE or RETURNED, longer than the exact lists:
+                                 children in the page heap's size tree */
 } pm_span_t;
 
 /* ---- per-thread cache ---------------------------------------------------
@@ -108,6 +110,7 @@ typedef struct pm_tcache {
     uint32_t flush_seen;            /* the flush request it last obeyed (tcache.c) */
     uint32_t new_ops;               /* NEW: slow-path operations so far */
     uint32_t hunt_slow;             /* slow paths since the clock was read (prof_peak.c) */
+    uint32_t idle_epoch;            /* release ticks seen at its last idle check (tcache.c) */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;

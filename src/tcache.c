@@ -76,6 +76,14 @@ static pm_treg_t *spare_nodes;         /* linked by next, under reg_lock */
 static uint64_t nthreads;
 static _Atomic int64_t unclaimed;      /* global budget not given to a thread */
 static pthread_key_t exit_key;
+/* Release ticks (up to 8 a second) so far, and how many a thread lets
+ * pass before its lists left idle meanwhile are halved: a thread that
+ * filled its lists with one size and then went on with others within
+ * its budget (no refusal, so no scavenge) kept them for good, up to
+ * 4 MiB per thread (test_tcache_idle_lists_shrink). */
+static _Atomic uint32_t tick_epoch;
+#define IDLE_TICKS 8
+
 /* Bumped when the OS refused memory: each thread's next slow path flushes
  * its cache (test_harden: test_recovery_after_aligned_fill). */
 static _Atomic uint32_t flush_requests;
@@ -194,6 +202,7 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     atomic_store(&t->budget, budget);
     t->capacity = 0;
     t->small_capacity = 0;
+    t->idle_epoch = pm_relaxed_load(&tick_epoch);
     t->state = PM_THREAD_ACTIVE;
     t->flush_seen = pm_relaxed_load(&flush_requests);
     pm_lock(&reg_lock);
@@ -437,6 +446,16 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
         }
     }
     set_limit(t, cls, l->max_len + by);
+}
+
+void pm_tcache_tick(void) { pm_relaxed_add(&tick_epoch, 1); }
+
+void pm_tcache_idle_check(pm_tcache_t *t)
+{
+    uint32_t e = pm_relaxed_load(&tick_epoch);
+    if (e - t->idle_epoch < IDLE_TICKS || t->state != PM_THREAD_ACTIVE) return;
+    t->idle_epoch = e;
+    scavenge(t);
 }
 
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)

@@ -803,6 +803,59 @@ static void test_pageheap_move(void **state)
     assert_int_equal(done.mapped, done.in_use + done.free + done.released + done.meta);
 }
 
+/* The long free runs (over 128 pages) are found through a size tree:
+ * among 60 of random lengths (duplicates too), each request gets the
+ * shortest run that fits, the lowest of equals, as the walk of the list
+ * did (pm_pageheap_verify checks the tree's order and contents).  With
+ * 10 000 such runs the walk took 20 us per large malloc. */
+static void test_pageheap_long_runs_best_fit(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    size_t len[N], total = 0;
+    uintptr_t page[N];
+    pm_span_t *sp[N], *sep[N];
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        len[i] = 129 + (size_t)(x % 72);
+        total += len[i] + 1;
+    }
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc(total);
+    assert_non_null(run);
+    pm_pageheap_free(run);
+    for (int i = 0; i < N; i++) { /* span, separator, span, ... */
+        sp[i] = pm_pageheap_alloc(len[i]);
+        sep[i] = pm_pageheap_alloc(1);
+        assert_true(sp[i] && sep[i]);
+        assert_int_equal(sep[i]->page, sp[i]->page + len[i]);
+        page[i] = sp[i]->page;
+    }
+    for (int i = 0; i < N; i++) pm_pageheap_free(sp[i]);
+    assert_int_equal(pm_pageheap_verify(), 0);
+    for (int r = 0; r < 400; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = 129 + (size_t)(x % 72);
+        int best = -1;
+        for (int i = 0; i < N; i++)
+            if (len[i] >= n && (best < 0 || len[i] < len[best] || (len[i] == len[best] && page[i] < page[best])))
+                best = i;
+        assert_true(best >= 0); /* the longest run is 200 pages at most, and n fits one */
+        pm_span_t *s = pm_pageheap_alloc(n);
+        assert_non_null(s);
+        if (s->page != page[best])
+            fail_msg("request %d of %zu pages: got page %#lx, the best fit is %zu pages at %#lx", r, n,
+                     (unsigned long)s->page, len[best], (unsigned long)page[best]);
+        assert_int_equal(pm_pageheap_verify(), 0);
+        pm_pageheap_free(s); /* merges with its rest again */
+        assert_int_equal(pm_pagemap_span(page[best])->npages, len[best]);
+    }
+    for (int i = 0; i < N; i++) pm_pageheap_free(sep[i]);
+    assert_int_equal(pm_pageheap_verify(), 0);
+    pm_pageheap_release_all();
+}
+
 /* Every page heap operation, at random, with the clock jumping and the
  * program learning and forgetting reuse: after each one the free lists
  * and the age list agree (pm_pageheap_verify).  A cut that kept its run's
@@ -981,6 +1034,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_alloc_basic),
         cmocka_unit_test(test_pageheap_reuse),
         cmocka_unit_test(test_pageheap_best_fit),
+        cmocka_unit_test(test_pageheap_long_runs_best_fit),
         cmocka_unit_test(test_pageheap_coalesce_same_state),
         cmocka_unit_test(test_pageheap_coalesce_three),
         cmocka_unit_test(test_pageheap_aligned),

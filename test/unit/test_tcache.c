@@ -616,6 +616,52 @@ static void test_tcache_moves_to_new_size(void **state)
         fail_msg("40 KiB list at %u after %u passes (64 KiB list had %u)", r.new_len, r.rounds, r.old_len);
 }
 
+/* A thread that filled a list with one size and went on with another,
+ * within its budget (no refused growth, so no scavenge), gives the idle
+ * list back a second of release ticks (8) later, halving it at each such
+ * check, while the list it goes on using stays cached. */
+typedef struct {
+    uint32_t before, after_first, after_second, after_all, busy_before, busy_after;
+} idle_t;
+
+static void *idle_thread(void *arg)
+{
+    idle_t *r = arg;
+    unsigned big = pm_sizeclass_of(64 << 10), small = pm_sizeclass_of(4096);
+    for (int i = 0; i < 10; i++) cycle_size(64 << 10, 32);
+    r->before = pm_tls.list[big].max_len;
+    for (int i = 0; i < 10; i++) cycle_size(4096, 64);
+    r->busy_before = pm_tls.list[small].max_len;
+    for (int check = 0; check < 12; check++) {
+        for (int i = 0; i < 8; i++) pm_tcache_tick();
+        cycle_size(4096, 64); /* the list in use: refilled and overflowed */
+        pm_tcache_idle_check(&pm_tls);
+        if (check == 0) r->after_first = pm_tls.list[big].max_len;
+        if (check == 1) r->after_second = pm_tls.list[big].max_len;
+        check_tcache_invariants(&pm_tls, "idle thread");
+    }
+    r->after_all = pm_tls.list[big].max_len;
+    r->busy_after = pm_tls.list[small].max_len;
+    return NULL;
+}
+
+static void test_tcache_idle_lists_shrink(void **state)
+{
+    (void)state;
+    idle_t r = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, idle_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.before < 16) fail_msg("64 KiB list reached only %u", r.before);
+    assert_int_equal(r.after_first, r.before);      /* it was in use since the last look */
+    assert_int_equal(r.after_second, r.before / 2); /* idle since: halved */
+    assert_int_equal(r.after_all, 0);
+    /* the list in use stays cached: served by the fast path alone it looks
+     * idle to a check, is halved, and grows back at its next refill */
+    if (r.busy_after < pm_class_batch[pm_sizeclass_of(4096)])
+        fail_msg("the list in use went from %u to %u", r.busy_before, r.busy_after);
+}
+
 /* The global pool bounds the caches of threads that sleep, too: each of
  * SLEEPERS threads in turn grows its cache as far as it can, then sleeps
  * (as a Python thread waiting for the GIL does).  Once the pool is spent, a
@@ -690,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_tcache_thread_cap),
         cmocka_unit_test(test_tcache_small_classes_capped),
         cmocka_unit_test(test_tcache_moves_to_new_size),
+        cmocka_unit_test(test_tcache_idle_lists_shrink),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
     };
     int failed = 0;
