@@ -45,7 +45,7 @@ extern int pm_hunt_clocked;
 void pm_hunt_slow_path(pm_tcache_t *t);
 uint64_t pm_hunt_live_bytes(void); /* the sampled estimate, whole bytes */
 uint64_t pm_hunt_peak_live(void);  /* its highest value at a sample so far */
-/* A copy of the site table, sorted by site; mapped memory. */
+/* A copy of the site table, in no order; mapped memory. */
 typedef struct pm_site_copy {
     pm_site_count_t *v;
     size_t n, bytes;

@@ -35,24 +35,42 @@ static inline double pm_math_neg_log(double u) { return -pm_math_ln(u); }
 static inline double pm_math_one_minus_exp(double x)
 {
     if (x < 0.25) {
-        /* x - x^2/2! + x^3/3! - ... to x^10: error < 1e-13 relative */
-        double term = x, sum = x;
-        for (int k = 2; k <= 10; k++) {
-            term *= -x / k;
-            sum += term;
-        }
-        return sum;
+        /* x - x^2/2! + x^3/3! - ... to x^10 by Horner's rule (no division):
+         * error < 1e-13 relative */
+        double p = 1.0 / 3628800;
+        p = 1.0 / 362880 - x * p;
+        p = 1.0 / 40320 - x * p;
+        p = 1.0 / 5040 - x * p;
+        p = 1.0 / 720 - x * p;
+        p = 1.0 / 120 - x * p;
+        p = 1.0 / 24 - x * p;
+        p = 1.0 / 6 - x * p;
+        p = 1.0 / 2 - x * p;
+        return x * (1 - x * p);
     }
     if (x > 40) return 1.0;
-    /* exp(-x) = 2^-k exp(-r), r = x - k ln 2 in [0, ln 2) */
+    /* exp(-x) = 2^-k exp(-r), r = x - k ln 2 in [0, ln 2), exp(-r) by
+     * Horner's rule to r^16, 2^-k from its exponent bits (k <= 57) */
     int k = (int)(x / 0.6931471805599453);
-    double r = x - k * 0.6931471805599453, term = 1, e = 1;
-    for (int i = 1; i <= 16; i++) {
-        term *= -r / i;
-        e += term;
-    }
-    while (k--) e *= 0.5;
-    return 1.0 - e;
+    double r = x - k * 0.6931471805599453, e = 1.0 / 20922789888000;
+    e = 1.0 / 1307674368000 - r * e;
+    e = 1.0 / 87178291200 - r * e;
+    e = 1.0 / 6227020800 - r * e;
+    e = 1.0 / 479001600 - r * e;
+    e = 1.0 / 39916800 - r * e;
+    e = 1.0 / 3628800 - r * e;
+    e = 1.0 / 362880 - r * e;
+    e = 1.0 / 40320 - r * e;
+    e = 1.0 / 5040 - r * e;
+    e = 1.0 / 720 - r * e;
+    e = 1.0 / 120 - r * e;
+    e = 1.0 / 24 - r * e;
+    e = 1.0 / 6 - r * e;
+    e = 1.0 / 2 - r * e;
+    e = 1 - r * e;
+    e = 1 - r * e;
+    union { uint64_t u; double d; } scale = {(uint64_t)(1023 - k) << 52};
+    return 1.0 - e * scale.d;
 }
 
 #endif

@@ -11,6 +11,10 @@
 const uint8_t *pm_objects_table_of(uintptr_t pc);
 /* The index of a start-up object's table (its rules cannot go stale), or -1. */
 int pm_objects_pinned(const uint8_t *hdr);
+/* Whether start-up object pin (or -1) is one that is never unloaded (the
+ * program, its DT_NEEDED libraries, the C library, profmalloc): code at
+ * its PCs never changes, so a PC alone identifies its rule. */
+bool pm_objects_stays(int pin);
 /* Whether start-up object pin has pages of tables to give back. */
 bool pm_objects_may_give_back(int pin);
 /* Called after every walk with the start-up objects whose tables it read

@@ -35,6 +35,10 @@ int pm_unwind_get_mode(void);
  * unwind info, at a signal frame, or when the stack looks corrupt. */
 int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
+/* How many frames' rules were not found by the PC alone (the loader was
+ * asked for their object), about: x86-64 only, for the tests. */
+uint64_t pm_unwind_slow_lookups(void);
+
 /* prof_unwind_go.c: where a DWARF walk ended at pc (a return address),
  * with the callee's CFA sp and %rbp bp, continues from Go's asmcgocall
  * onto the goroutine's stack; returns how many return addresses it

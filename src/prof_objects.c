@@ -32,6 +32,9 @@
 #define PM_PINNED_MAX 64
 static const uint8_t *_Atomic loaded_hdr[PM_PINNED_MAX];
 static _Atomic int loaded_n;
+/* Which of them never_unloaded() said stay for good; set before loaded_n
+ * counts them. */
+static bool loaded_stays[PM_PINNED_MAX];
 
 /* ---- giving back the pages of the unwind tables -------------------------
  * A rule is worked out once per PC and then cached, but working it out
@@ -219,8 +222,10 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *data)
     }
     *first = false;
     if (hdr) {
-        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed) && never_unloaded(info, program))
+        bool stays = never_unloaded(info, program);
+        if (hdr != atomic_load_explicit(&exe_hdr, memory_order_relaxed) && stays)
             set_giveback_range(info, (uintptr_t)hdr, n);
+        loaded_stays[n] = stays;
         atomic_store_explicit(&loaded_hdr[n], hdr, memory_order_relaxed);
         atomic_store_explicit(&loaded_n, n + 1, memory_order_release);
     }
@@ -276,6 +281,8 @@ int pm_objects_pinned(const uint8_t *hdr)
 }
 
 bool pm_objects_may_give_back(int pin) { return giveback_hi[pin] > giveback_lo[pin]; }
+
+bool pm_objects_stays(int pin) { return pin >= 0 && loaded_stays[pin]; }
 
 const uint8_t *pm_objects_table_of(uintptr_t pc)
 {

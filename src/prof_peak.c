@@ -62,7 +62,6 @@ int pm_hunt_copy_take(pm_site_copy_t *c)
         size_t room = c->bytes / sizeof(pm_site_count_t);
         size_t n = pm_sites_copy(c->v, room);
         if (n > room) continue; /* sites were added meanwhile */
-        pm_encode_sort(c->v, n, sizeof *c->v, site_before, NULL);
         c->n = n;
         return 0;
     }
@@ -226,6 +225,9 @@ static int dump_held(held_copy_t *h, const char *path, int fd, int format, int m
     pm_site_copy_t c;
     held_copy_t info = {0};
     if (dup_held(h, &c, &info) != 0) return -1;
+    /* sorted here, not when taken: the peak's copies are taken at samples
+     * and few of them are ever written (test_hunt's peak and mark tests) */
+    pm_encode_sort(c.v, c.n, sizeof *c.v, site_before, NULL);
     char notes[3][96];
     pm_prof_view_t view = {.mode = mode, .base = c.v, .nbase = c.n};
     if (info.taken) {

@@ -6,11 +6,12 @@
  * minus one; running totals and copies serve leak hunting, pm_hunt.h).
  * A stack's sizes past its first EXACT_SIZES share
  * a bucket per power of two, so the table grows with stacks, not sizes.
- * Locks: prof.lock (stacks, buckets, their arena) and one per record shard
- * (the records and sampled-block fields of the spans that hash to it),
- * never two at once; frees never take prof.lock.  Must never: unwind, map
- * memory or write a file under a lock, call malloc, or reach up to stats,
- * init or the dump API. */
+ * Locks: prof.lock (stacks, buckets, their arena), one per record shard
+ * (the records and sampled-block fields of the spans that hash to it) and
+ * slabs.lock (the chunks records are carved from), never two at once;
+ * frees never take prof.lock.  Must never: unwind, map memory or write a
+ * file under a lock, call malloc, or reach up to stats, init or the dump
+ * API. */
 #include "pm_internal.h"
 #include "pm_hunt.h"
 #include "pm_prof_types.h"
@@ -68,17 +69,18 @@ typedef struct record {
 } record_t;
 
 #define SHARDS 16
-/* Records come from slabs of SLAB_BYTES, mapped on their alignment, so a
- * record finds its slab by masking.  A slab whose records are all free is
- * unmapped, unless it is its shard's last one with room: at rate 1 a fill
- * until malloc failed left 166-173 MB of records behind, and
- * malloc(200 MiB) failed where glibc's and rate 0's succeeded
- * (test_harden: test_rate1_metadata_returned). */
+/* Records come from slabs of SLAB_BYTES, on their alignment, so a record
+ * finds its slab by masking.  A slab whose records are all free goes back
+ * to its chunk (its pages discarded), unless it is its shard's last one
+ * with room: at rate 1 a fill until malloc failed left 166-173 MB of
+ * records behind, and malloc(200 MiB) failed where glibc's and rate 0's
+ * succeeded (test_harden: test_rate1_metadata_returned). */
 #define SLAB_BYTES ((size_t)16 * 1024)
 typedef struct slab {
     struct slab *next, *prev;     /* the shard's slabs with a free record */
-    record_t *free;               /* its free records */
-    uint32_t live, cap;
+    record_t *free;               /* its freed records */
+    struct chunk *chunk;          /* where it was carved */
+    uint32_t live, carved;        /* records in use, ever cut from the front */
     uint8_t listed;
 } slab_t;
 #define SLAB_FIRST ((sizeof(slab_t) + sizeof(record_t) - 1) / sizeof(record_t))
@@ -118,6 +120,106 @@ static void *map_counted(size_t bytes, size_t align)
 static void unmap_counted(void *p, size_t bytes)
 {
     if (pm_os_unmap(p, bytes) == 0) atomic_fetch_sub_explicit(&mapped_bytes, bytes, memory_order_relaxed);
+}
+
+/* ---- slabs, carved from chunks ---------------------------------------
+ * Slabs come from chunks of 1 MiB, mapped as they are (no trim to an
+ * alignment), which hold a header and the CHUNK_SLABS aligned slabs that
+ * fit after it.  Mapped one at a time, each small mapping landed between
+ * two growths of the page heap, whose free runs on either side could then
+ * never merge.
+ * A chunk whose slabs are all free is unmapped unless it is the last one
+ * (test_prof_sites.c: test_records_from_chunks).
+ * slabs.lock is a leaf: no other lock is taken under it. */
+#define CHUNK_BYTES ((size_t)1 << 20)
+#define CHUNK_SLABS (CHUNK_BYTES / SLAB_BYTES - 1)
+#define CHUNK_ALL_FREE (((uint64_t)1 << CHUNK_SLABS) - 1)
+typedef struct chunk {
+    struct chunk *next, *prev;    /* chunks with a free slab */
+    char *base;                   /* slab 0, on SLAB_BYTES */
+    uint64_t free;                /* bit i: slab i is free */
+    uint8_t listed;
+} chunk_t;
+
+static struct {
+    pm_lock_t lock;
+    chunk_t *avail;
+    uint64_t nchunks;
+} slabs = {.lock = PM_LOCK_INIT};
+
+static void chunk_link_locked(chunk_t *c)
+{
+    c->prev = NULL;
+    c->next = slabs.avail;
+    if (slabs.avail) slabs.avail->prev = c;
+    slabs.avail = c;
+    c->listed = 1;
+}
+
+static void chunk_unlink_locked(chunk_t *c)
+{
+    if (c->prev) c->prev->next = c->next;
+    else slabs.avail = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->listed = 0;
+}
+
+/* A slab, uninitialised, or NULL when no chunk can be mapped. */
+static slab_t *slab_get(void)
+{
+    for (;;) {
+        pm_lock(&slabs.lock);
+        chunk_t *c = slabs.avail;
+        if (c) {
+            uint64_t free = c->free;
+            unsigned i = (unsigned)__builtin_ctzll(free);
+            __atomic_store_n(&c->free, free & (free - 1), __ATOMIC_RELAXED);
+            if (!c->free) chunk_unlink_locked(c);
+            pm_unlock(&slabs.lock);
+            slab_t *sl = (slab_t *)(c->base + i * SLAB_BYTES);
+            sl->chunk = c;
+            return sl;
+        }
+        pm_unlock(&slabs.lock);
+        c = map_counted(CHUNK_BYTES, 0);
+        if (!c) return NULL;
+        c->base = (char *)(((uintptr_t)(c + 1) + SLAB_BYTES - 1) & ~(uintptr_t)(SLAB_BYTES - 1));
+        c->free = CHUNK_ALL_FREE;
+        pm_lock(&slabs.lock);
+        chunk_link_locked(c);
+        __atomic_store_n(&slabs.nchunks, slabs.nchunks + 1, __ATOMIC_RELAXED);
+        pm_unlock(&slabs.lock);
+    }
+}
+
+/* Whether sl is the only slab taken from its chunk, and other chunks
+ * exist: a shard keeps its last slab with room, but not one that would
+ * keep a chunk mapped for nothing (read without slabs.lock: a stale
+ * answer only keeps or gives back one slab more). */
+static int slab_pins_chunk(const slab_t *sl)
+{
+    const chunk_t *c = sl->chunk;
+    uint64_t bit = (uint64_t)1 << (((const char *)sl - c->base) / SLAB_BYTES);
+    return __atomic_load_n(&slabs.nchunks, __ATOMIC_RELAXED) > 1 &&
+           (__atomic_load_n(&c->free, __ATOMIC_RELAXED) | bit) == CHUNK_ALL_FREE;
+}
+
+/* Gives back a slab without live records; called without any lock. */
+static void slab_put(slab_t *sl)
+{
+    chunk_t *c = sl->chunk, *gone = NULL;
+    unsigned i = (unsigned)(((char *)sl - c->base) / SLAB_BYTES);
+    pm_os_discard(sl, SLAB_BYTES); /* before another thread can take it */
+    pm_lock(&slabs.lock);
+    __atomic_store_n(&c->free, c->free | (uint64_t)1 << i, __ATOMIC_RELAXED);
+    if (!c->listed) chunk_link_locked(c);
+    if (c->free == CHUNK_ALL_FREE && slabs.nchunks > 1) {
+        chunk_unlink_locked(c);
+        __atomic_store_n(&slabs.nchunks, slabs.nchunks - 1, __ATOMIC_RELAXED);
+        gone = c;
+    }
+    pm_unlock(&slabs.lock);
+    if (gone) unmap_counted(gone, CHUNK_BYTES);
 }
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
@@ -251,16 +353,13 @@ static int lock_sites(void)
     }
 }
 
+/* Records are cut from the slab's front as they are needed, so a new
+ * slab costs no loop and its untouched pages stay unfaulted. */
 static slab_t *slab_init(slab_t *sl)
 {
-    record_t *recs = (record_t *)sl + SLAB_FIRST;
     sl->free = NULL;
-    for (size_t i = SLAB_RECORDS; i-- > 0;) {
-        recs[i].node.next = (node_t *)sl->free;
-        sl->free = &recs[i];
-    }
     sl->live = 0;
-    sl->cap = (uint32_t)SLAB_RECORDS;
+    sl->carved = 0;
     return sl;
 }
 
@@ -286,14 +385,15 @@ static record_t *record_take_locked(shard_t *sh)
 {
     slab_t *sl = sh->slabs;
     record_t *r = sl->free;
-    sl->free = (record_t *)r->node.next;
+    if (r) sl->free = (record_t *)r->node.next;
+    else r = (record_t *)sl + SLAB_FIRST + sl->carved++;
     sl->live++;
-    if (!sl->free) slab_unlink_locked(sh, sl);
+    if (!sl->free && sl->carved == SLAB_RECORDS) slab_unlink_locked(sh, sl);
     return r;
 }
 
 /* Gives r back to its slab; returns the slab when it is now empty and not
- * the shard's last with room, for the caller to unmap after unlocking. */
+ * the shard's last with room, for the caller to put after unlocking. */
 static slab_t *record_put_locked(shard_t *sh, record_t *r)
 {
     slab_t *sl = (slab_t *)((uintptr_t)r & ~(uintptr_t)(SLAB_BYTES - 1));
@@ -301,7 +401,7 @@ static slab_t *record_put_locked(shard_t *sh, record_t *r)
     sl->free = r;
     if (!sl->listed) slab_link_locked(sh, sl);
     if (--sl->live) return NULL;
-    if (sh->slabs == sl && !sl->next) return NULL; /* kept for the next sample */
+    if (sh->slabs == sl && !sl->next && !slab_pins_chunk(sl)) return NULL; /* kept for the next sample */
     slab_unlink_locked(sh, sl);
     sh->nslabs--;
     return sl;
@@ -315,13 +415,13 @@ static int lock_shard(shard_t *sh)
         int r = 0;
         if (!sh->slabs) {
             pm_unlock(&sh->lock);
-            slab_t *sl = map_counted(SLAB_BYTES, SLAB_BYTES);
+            slab_t *sl = slab_get();
             pm_lock(&sh->lock);
             if (!sl) r = -1;
             else slab_link_locked(sh, slab_init(sl));
             if (r == 0) r = 1;
         }
-        if (r == 0) r = table_room(&sh->lock, &sh->records);
+        if (r == 0 && sh->records.count + 2 > sh->records.nheads * 2) r = table_room(&sh->lock, &sh->records);
         if (r == 0) return 0;
         if (r < 0) {
             pm_unlock(&sh->lock);
@@ -340,18 +440,41 @@ static void *arena_take_locked(size_t bytes)
 
 static uint64_t stack_hash(const uintptr_t *pcs, uint32_t depth)
 {
-    uint64_t h = pm_mix64(depth);
-    for (uint32_t i = 0; i < depth; i++) h = pm_mix64(h ^ pcs[i]);
-    return h;
+    /* a multiply and a fold per PC, one full mix at the end: the table
+     * compares whole stacks, the hash only spreads them */
+    uint64_t h = depth;
+    for (uint32_t i = 0; i < depth; i++) {
+        h = (h ^ pcs[i]) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 32;
+    }
+    return pm_mix64(h);
 }
 
-static int same_site(const bucket_t *b, uint64_t bh, const uintptr_t *pcs, uint32_t depth,
+/* Is b the bucket of (stack, size)?  The stack is st when known (stacks
+ * are interned: one struct per stack), else pcs[0 .. depth). */
+static int same_site(const bucket_t *b, uint64_t bh, const stack_t *st, const uintptr_t *pcs, uint32_t depth,
                      uint64_t size)
 {
-    if (!b || b->node.hash != bh || b->size != size || b->stack->depth != depth) return 0;
+    if (!b || b->node.hash != bh || b->size != size) return 0;
+    if (st) return b->stack == st;
+    if (b->stack->depth != depth) return 0;
     for (uint32_t i = 0; i < depth; i++)
         if (b->stack->pcs[i] != pcs[i]) return 0;
     return 1;
+}
+
+/* The stack of the last sample (any thread's): a loop's samples share
+ * one, found here without hashing it.  Stacks are never freed or changed
+ * but for nsizes, which is not read through it. */
+static const stack_t *_Atomic last_stack;
+
+static const stack_t *stack_seen(const uintptr_t *pcs, uint32_t depth)
+{
+    const stack_t *st = atomic_load_explicit(&last_stack, memory_order_acquire);
+    if (!st || st->depth != depth) return NULL;
+    for (uint32_t i = 0; i < depth; i++)
+        if (st->pcs[i] != pcs[i]) return NULL;
+    return st;
 }
 
 /* A size's key in its stack's group buckets. */
@@ -362,15 +485,16 @@ static uint64_t group_key(uint64_t size)
 
 /* A bucket with this key found without prof.lock: the thread's recent
  * buckets, then the published view of the table. */
-static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const uintptr_t *pcs, uint32_t depth, uint64_t key)
+static bucket_t *bucket_seen(pm_tcache_t *t, uint64_t bh, const stack_t *st, const uintptr_t *pcs, uint32_t depth,
+                             uint64_t key)
 {
     bucket_t **cached = (bucket_t **)&t->prof_sites[bh & 7];
-    if (same_site(*cached, bh, pcs, depth, key)) return *cached;
+    if (same_site(*cached, bh, st, pcs, depth, key)) return *cached;
     const view_t *v = atomic_load_explicit(&bucket_view, memory_order_acquire);
     if (v) {
         node_t *n = __atomic_load_n(&v->heads[bh & (v->n - 1)], __ATOMIC_ACQUIRE);
         for (int steps = 0; n && steps < 64; steps++, n = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE))
-            if (same_site((bucket_t *)n, bh, pcs, depth, key)) return *cached = (bucket_t *)n;
+            if (same_site((bucket_t *)n, bh, st, pcs, depth, key)) return *cached = (bucket_t *)n;
     }
     return NULL;
 }
@@ -388,11 +512,17 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
  * computed before the lock. */
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
 {
-    uint64_t sh = stack_hash(pcs, depth), bh = pm_mix64(sh ^ pm_mix64(size));
-    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ pm_mix64(gkey));
-    bucket_t *b = bucket_seen(t, bh, pcs, depth, size);
-    if (!b) b = bucket_seen(t, gh, pcs, depth, gkey);
-    if (b) return b;
+    const stack_t *seen = stack_seen(pcs, depth);
+    uint64_t sh = seen ? seen->node.hash : stack_hash(pcs, depth);
+    /* sizes and group keys differ, and stay apart through an odd multiplier */
+    uint64_t bh = pm_mix64(sh ^ size * 0xff51afd7ed558ccdull);
+    uint64_t gkey = group_key(size), gh = pm_mix64(sh ^ gkey * 0xff51afd7ed558ccdull);
+    bucket_t *b = bucket_seen(t, bh, seen, pcs, depth, size);
+    if (!b) b = bucket_seen(t, gh, seen, pcs, depth, gkey);
+    if (b) {
+        if (!seen) atomic_store_explicit(&last_stack, b->stack, memory_order_release);
+        return b;
+    }
     if (lock_sites() != 0) return NULL;
     stack_t *st = NULL;
     for (node_t *n = prof.stacks.heads[sh & (prof.stacks.nheads - 1)]; n && !st; n = n->next) {
@@ -424,6 +554,7 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
     }
     pm_unlock(&prof.lock);
     t->prof_sites[bh & 7] = b;
+    atomic_store_explicit(&last_stack, st, memory_order_release);
     return b;
 }
 
@@ -561,18 +692,25 @@ void pm_sites_remove(pm_span_t *s, void *p)
         if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
             if (s->sampled[1] == p) s->sampled[1] = NULL;
-            if (--s->nsampled == 0) {
+            /* unflag: the bits only, so pages the carve has not reached
+             * keep their class word at 0 (central.c).  Without an overflow
+             * the span's live samples are the ones in sampled[], so p's
+             * page alone goes, unless the other one starts on it; after
+             * one, every page at the last (test_prof_sites.c:
+             * test_sampled_page_flags) */
+            uintptr_t other = (uintptr_t)s->sampled[0] | (uintptr_t)s->sampled[1];
+            if (--s->nsampled == 0 && s->sampled_overflow) {
                 s->sampled_overflow = 0;
-                /* unflag: the bits only, so pages the carve has not
-                 * reached keep their class word at 0 (central.c) */
                 for (size_t i = 0; i < s->npages; i++) pm_pagemap_mark_sampled(s->page + i, 0);
+            } else if (!s->sampled_overflow && (other >> PM_PAGE_SHIFT) != ((uintptr_t)p >> PM_PAGE_SHIFT)) {
+                pm_pagemap_mark_sampled((uintptr_t)p >> PM_PAGE_SHIFT, 0);
             }
         }
     }
     if (s->cls == 0) s->sample = NULL;
     int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
     pm_unlock(&sh->lock);
-    if (empty) unmap_counted(empty, SLAB_BYTES);
+    if (empty) slab_put(empty);
     if (shrink) shrink_records(sh);
 }
 
@@ -580,10 +718,13 @@ void pm_sites_lock_all(void)
 {
     pm_lock(&prof.lock);
     for (int i = 0; i < SHARDS; i++) pm_lock(&prof.shards[i].lock);
+    pm_lock(&slabs.lock);
 }
 
 void pm_sites_unlock_all(int child)
 {
+    if (child) pm_lock_reset(&slabs.lock);
+    else pm_unlock(&slabs.lock);
     for (int i = SHARDS; i-- > 0;) {
         if (child) pm_lock_reset(&prof.shards[i].lock);
         else pm_unlock(&prof.shards[i].lock);

@@ -61,12 +61,12 @@ static uintptr_t stack_top(uintptr_t sp)
 }
 
 /* A readable, aligned word of the running stack? */
-static inline bool slot_ok(uintptr_t addr, uintptr_t lo, uintptr_t hi)
+PM_INLINE bool slot_ok(uintptr_t addr, uintptr_t lo, uintptr_t hi)
 {
     return (addr & 7) == 0 && addr >= lo && addr < hi && hi - addr >= 8;
 }
 
-static inline uintptr_t load_slot(uintptr_t addr)
+PM_INLINE uintptr_t load_slot(uintptr_t addr)
 {
     return *(const uintptr_t *)addr;
 }
@@ -110,18 +110,24 @@ void pm_unwind_set_own_code(uintptr_t lo, uintptr_t hi)
  * neighbour), shared by all threads.
  * Each entry is two words written and read with relaxed atomics: data and
  * key ^ data, so a torn entry (two writers, or a reader racing a writer)
- * fails the key check and is treated as a miss.  The key mixes in the
- * address of the object's .eh_frame_hdr and the address and a hash of the
- * bytes of the FDE (and CIE head) that cover the PC (found by the search of .eh_frame_hdr on
+ * fails the key check and is treated as a miss.
+ * A PC of an object that is never unloaded (pm_objects_stays) has one rule
+ * for good: its key is the PC alone, probed before the loader is asked
+ * which object holds the PC.  Any other object's key mixes in the address
+ * of its .eh_frame_hdr and the address and a hash of the bytes of the FDE
+ * (and CIE head) that cover the PC (found by the search of .eh_frame_hdr on
  * every lookup; the cache saves running the CFA programs): code dlopen()ed
  * where other code was unloaded does not inherit its rules, also when it
  * is a rebuilt library loaded at the same address with its .eh_frame_hdr
  * at the same place (a plugin reloaded after a change of one function's
- * frame got the old frame's rule, and a wrong stack).  Only rules that fit
- * the packed form are cached:
+ * frame got the old frame's rule, and a wrong stack).  The two kinds are
+ * told apart by a bit of the data, not by the key's value, so neither can
+ * ever serve a lookup of the other.  Only rules that fit the packed form
+ * are cached:
  *   bit 0 valid, bits 1-2 result, bit 3 CFA is %rbp-based, bits 4-5 %rbp
  *   rule (0 same, 1 offset, 2 undefined), bits 8-15 / 16-23 RA / %rbp
- *   offset as -off/8, bits 24-55 CFA offset. */
+ *   offset as -off/8, bits 24-55 CFA offset, bit 56 keyed by the PC alone. */
+#define PM_ST_STAY ((uint64_t)1 << 56)
 /* The cache starts as one page and grows once, to PM_ST_CACHE_BITS, when
  * lookups have met PM_ST_GROW_AFTER valid entries of other PCs in their
  * slot (a miss, or a hit in the second way): a small
@@ -201,72 +207,91 @@ static uint64_t pack_rule(const pm_cfi_frame_rule_t *r)
     return d;
 }
 
-static void unpack_rule(uint64_t d, pm_cfi_frame_rule_t *r)
+/* The cache a walk uses, looked up once per walk (a walk that grows it
+ * goes on with the small one, whose entries stay valid). */
+typedef struct {
+    cache_entry_t *t;
+    unsigned bits;
+} cache_ref_t;
+
+PM_INLINE cache_ref_t cache_now(void)
 {
-    r->result = (uint8_t)((d >> 1) & 3);
-    r->cfa_reg = (d >> 3) & 1 ? PM_REG_RBP : PM_REG_RSP;
-    r->cfa_off = (int64_t)((d >> 24) & UINT32_MAX);
-    r->ra = (pm_cfi_rule_t){PM_RULE_OFFSET, 0, -8 * (int64_t)((d >> 8) & 0xff)};
-    switch ((d >> 4) & 3) {
-    case 1: r->rbp = (pm_cfi_rule_t){PM_RULE_OFFSET, 0, -8 * (int64_t)((d >> 16) & 0xff)}; break;
-    case 2: r->rbp = (pm_cfi_rule_t){PM_RULE_UNDEF, 0, 0}; break;
-    default: r->rbp = (pm_cfi_rule_t){PM_RULE_SAME, 0, 0}; break;
-    }
+    cache_entry_t *t = atomic_load_explicit(&rule_cache, memory_order_acquire);
+    return t ? (cache_ref_t){t, PM_ST_CACHE_BITS} : (cache_ref_t){small_cache, PM_ST_SMALL_BITS};
 }
 
-
-/* The rule for pc; adds to *touched the start-up object whose tables it
- * read, if they have pages to give back. */
-static void find_rule(uintptr_t pc, pm_cfi_frame_rule_t *r, uint64_t *touched)
+/* Finds key's entry in the slot e or its neighbour alt, among the entries
+ * whose PM_ST_STAY bit is `stay`: true with its data in d; false with the
+ * words of the slot in kx, d and of the neighbour in akx, ad, where an
+ * insertion goes. */
+PM_INLINE bool cache_probe(cache_entry_t *e, cache_entry_t *alt, uint64_t key, uint64_t stay, uint64_t *kx,
+                           uint64_t *d, uint64_t *akx, uint64_t *ad, const cache_entry_t *cache)
 {
+    uint64_t want = 1 | stay, mask = 1 | PM_ST_STAY;
+    *kx = atomic_load_explicit(&e->key_x_data, memory_order_relaxed);
+    *d = atomic_load_explicit(&e->data, memory_order_relaxed);
+    if (PM_LIKELY((*d & mask) == want && (*kx ^ *d) == key)) return true;
+    /* Two ways: a PC whose slot another took sits in the slot's neighbour,
+     * so two PCs of one stack that share a slot do not miss at every sample
+     * (bench/count-instructions.sh at the default rate shows it). */
+    *akx = atomic_load_explicit(&alt->key_x_data, memory_order_relaxed);
+    *ad = atomic_load_explicit(&alt->data, memory_order_relaxed);
+    if ((*ad & mask) != want || (*akx ^ *ad) != key) return false;
+    note_conflict(cache);
+    *d = *ad;
+    return true;
+}
+
+/* Not a read-modify-write: walks in other threads may lose a count, which
+ * the single-threaded tests that read it do not mind, and none pays for a
+ * locked instruction on a shared line. */
+static _Atomic uint64_t slow_lookups;
+
+uint64_t pm_unwind_slow_lookups(void) { return pm_relaxed_load(&slow_lookups); }
+
+/* The rule for pc worked out from its object's tables, and cached if it
+ * fits the packed form; or found in the cache under its object's identity.
+ * Returns it packed, or 0 with the rule in *r; adds to *touched the
+ * start-up object whose tables it read, if they have pages to give back. */
+static PM_NOINLINE uint64_t find_rule_slow(uintptr_t pc, cache_ref_t c, pm_cfi_frame_rule_t *r,
+                                           uint64_t *touched)
+{
+    pm_relaxed_store(&slow_lookups, pm_relaxed_load(&slow_lookups) + 1);
+    cache_entry_t *cache = c.t;
+    uint32_t slot = cache_slot(pc, c.bits);
+    cache_entry_t *e = &cache[slot], *alt = &cache[slot ^ 1];
+    uint64_t kx, d, akx = 0, ad = 0;
     const uint8_t *hdr = pm_objects_table_of(pc);
     if (!hdr) {
         r->result = PM_STEP_FAIL;
-        return;
+        return pack_rule(r);
     }
     uintptr_t dbase = (uintptr_t)hdr, eh_frame;
     pm_cfi_fde_t f;
-    cache_entry_t *cache = atomic_load_explicit(&rule_cache, memory_order_acquire);
-    unsigned bits = cache ? PM_ST_CACHE_BITS : PM_ST_SMALL_BITS;
-    if (!cache) cache = small_cache;
-    cache_entry_t *e = &cache[cache_slot(pc, bits)];
     const uint8_t *rec = NULL;
-    uint64_t ident = 1; /* a start-up object's rules cannot go stale */
     int pin = pm_objects_pinned(hdr);
-    if (pin < 0) {
+    uint64_t stay = pm_objects_stays(pin) ? PM_ST_STAY : 0, key = pc;
+    if (!stay) {
+        /* Other code (dlopen()ed, or opened by a library's constructor
+         * before the start-up list and closable) can be replaced by other
+         * code at the same PC: its key holds the FDE's identity
+         * (test_reload_same_address, test_reload_pinned_plugin). */
         _Atomic uint32_t *hp = &search_hint[cache_slot(pc, 8)];
         uint32_t hint = atomic_load_explicit(hp, memory_order_relaxed);
         rec = pm_cfi_search_fde(pc, hdr, &eh_frame, &hint);
         atomic_store_explicit(hp, hint, memory_order_relaxed);
-        ident = rec ? pm_cfi_record_identity(rec) : 0;
+        uint64_t ident = rec ? pm_cfi_record_identity(rec) : 0;
         /* and where the FDE is: its pc_begin and CIE pointer are relative
          * to it, so the same bytes moved with the code describe other PCs */
         if (ident) ident ^= ((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ull) | 1;
         if (!ident) { /* no search table (or a malformed record): uncached */
             if (pm_cfi_find_fde(pc, hdr, &f) && !f.cie.signal) pm_cfi_rule_from_fde(pc, &f, dbase, r);
             else r->result = PM_STEP_FAIL;
-            return;
+            return pack_rule(r);
         }
+        key = cache_key(pc, hdr, ident);
     }
-    uint64_t key = cache_key(pc, hdr, ident);
-    uint64_t kx = atomic_load_explicit(&e->key_x_data, memory_order_relaxed);
-    uint64_t d = atomic_load_explicit(&e->data, memory_order_relaxed);
-    /* Two ways: a PC whose slot another took sits in the slot's neighbour,
-     * so two PCs of one stack that share a slot do not miss at every sample
-     * (bench/count-instructions.sh at the default rate shows it). */
-    cache_entry_t *alt = NULL;
-    uint64_t ad = 0;
-    if (PM_UNLIKELY(!(d & 1) || (kx ^ d) != key)) {
-        alt = &cache[cache_slot(pc, bits) ^ 1];
-        uint64_t akx = atomic_load_explicit(&alt->key_x_data, memory_order_relaxed);
-        ad = atomic_load_explicit(&alt->data, memory_order_relaxed);
-        if (!(ad & 1) || (akx ^ ad) != key) goto miss;
-        note_conflict(cache);
-        d = ad;
-    }
-    unpack_rule(d, r); /* one call site, so that it stays inlined */
-    return;
-miss:
+    if (cache_probe(e, alt, key, stay, &kx, &d, &akx, &ad, cache)) return d;
     if (pin >= 0 && pm_objects_may_give_back(pin)) *touched |= (uint64_t)1 << pin;
     bool found = rec ? pm_cfi_parse_fde(rec, dbase, &f) && pc >= f.pc_begin && pc < f.pc_end
                      : pm_cfi_find_fde(pc, hdr, &f);
@@ -276,6 +301,7 @@ miss:
         r->result = PM_STEP_FAIL;
     uint64_t nd = pack_rule(r);
     if (nd) {
+        nd |= stay;
         /* into the slot if free, else the neighbour if free, else the
          * slot's entry moves to the neighbour (a reader that meets either
          * half-written finds a key mismatch) */
@@ -289,6 +315,19 @@ miss:
         atomic_store_explicit(&e->key_x_data, key ^ nd, memory_order_relaxed);
     }
     if (d & 1) note_conflict(cache);
+    return nd;
+}
+
+/* The rule for pc, packed (0: it does not fit, and *r holds it).  A PC of
+ * an object that is never unloaded has one rule for good: its entry is
+ * keyed by the PC alone, found before asking the loader which object holds
+ * it (test_prof_unwind.c: test_pinned_rules_cached). */
+PM_INLINE uint64_t find_rule(uintptr_t pc, cache_ref_t c, pm_cfi_frame_rule_t *r, uint64_t *touched)
+{
+    uint32_t slot = cache_slot(pc, c.bits);
+    uint64_t kx, d, akx, ad;
+    if (PM_LIKELY(cache_probe(&c.t[slot], &c.t[slot ^ 1], pc, PM_ST_STAY, &kx, &d, &akx, &ad, c.t))) return d;
+    return find_rule_slow(pc, c, r, touched);
 }
 
 /* ---- stepping ------------------------------------------------------------ */
@@ -297,8 +336,8 @@ typedef struct {
     uintptr_t pc, sp, bp;
 } frame_t;
 
-static bool eval_rule(const pm_cfi_rule_t *rule, const frame_t *fr, uintptr_t cfa, uintptr_t lo,
-                      uintptr_t hi, uintptr_t *out)
+PM_INLINE bool eval_rule(const pm_cfi_rule_t *rule, const frame_t *fr, uintptr_t cfa, uintptr_t lo,
+                         uintptr_t hi, uintptr_t *out)
 {
     switch (rule->kind) {
     case PM_RULE_OFFSET: {
@@ -313,23 +352,57 @@ static bool eval_rule(const pm_cfi_rule_t *rule, const frame_t *fr, uintptr_t cf
     }
 }
 
-/* Replaces fr by its caller's registers.  fr->pc is a return address, so
- * the row for the call instruction (pc - 1) is the one in effect. */
-static int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, uint64_t *touched)
+/* Replaces fr by its caller's registers by a rule that does not fit the
+ * packed form. */
+static PM_NOINLINE int step_rule(const pm_cfi_frame_rule_t *rule, frame_t *fr, uintptr_t lo, uintptr_t hi)
 {
-    pm_cfi_frame_rule_t rule;
-    find_rule(fr->pc - 1, &rule, touched);
-    if (rule.result != PM_STEP_OK) return rule.result;
-    uintptr_t base = rule.cfa_reg == PM_REG_RBP ? fr->bp : fr->sp;
-    uintptr_t cfa = base + (uintptr_t)rule.cfa_off;
+    if (rule->result != PM_STEP_OK) return rule->result;
+    uintptr_t base = rule->cfa_reg == PM_REG_RBP ? fr->bp : fr->sp;
+    uintptr_t cfa = base + (uintptr_t)rule->cfa_off;
     if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return PM_STEP_FAIL;
     uintptr_t ra, bp = 0;
-    if (!eval_rule(&rule.ra, fr, cfa, lo, hi, &ra)) return PM_STEP_FAIL;
-    if (rule.rbp.kind == PM_RULE_SAME)
+    if (!eval_rule(&rule->ra, fr, cfa, lo, hi, &ra)) return PM_STEP_FAIL;
+    if (rule->rbp.kind == PM_RULE_SAME)
         bp = fr->bp;
-    else if (rule.rbp.kind != PM_RULE_UNDEF && !eval_rule(&rule.rbp, fr, cfa, lo, hi, &bp))
+    else if (rule->rbp.kind != PM_RULE_UNDEF && !eval_rule(&rule->rbp, fr, cfa, lo, hi, &bp))
         bp = 0; /* unknown: a later CFA based on it fails the checks */
     if (ra < 4096) return PM_STEP_END; /* 0 also marks the outermost frame */
+    fr->pc = ra;
+    fr->sp = cfa;
+    fr->bp = bp;
+    return PM_STEP_OK;
+}
+
+/* Replaces fr by its caller's registers.  fr->pc is a return address, so
+ * the row for the call instruction (pc - 1) is the one in effect.  The
+ * packed rule is applied as it is (the same steps as step_rule). */
+PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c, uint64_t *touched)
+{
+    pm_cfi_frame_rule_t rule;
+    uint64_t d = find_rule(fr->pc - 1, c, &rule, touched);
+    if (PM_UNLIKELY(!d)) {
+        frame_t f = *fr; /* so that the walk's frame can stay in registers */
+        int result = step_rule(&rule, &f, lo, hi);
+        *fr = f;
+        return result;
+    }
+    int result = (int)((d >> 1) & 3);
+    if (result != PM_STEP_OK) return result;
+    uintptr_t cfa = ((d >> 3) & 1 ? fr->bp : fr->sp) + (uintptr_t)((d >> 24) & UINT32_MAX);
+    if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return PM_STEP_FAIL;
+    /* the slots are aligned as the CFA is, and hi - lo >= 16 */
+    uintptr_t at = cfa - 8 * (uintptr_t)((d >> 8) & 0xff), bp = 0;
+    if (at - lo > hi - 8 - lo) return PM_STEP_FAIL;
+    uintptr_t ra = load_slot(at);
+    switch ((d >> 4) & 3) {
+    case 1: /* saved at an offset: unknown if out of bounds */
+        at = cfa - 8 * (uintptr_t)((d >> 16) & 0xff);
+        if (at - lo <= hi - 8 - lo) bp = load_slot(at);
+        break;
+    case 2: break; /* undefined */
+    default: bp = fr->bp; break; /* same value */
+    }
+    if (ra < 4096) return PM_STEP_END;
     fr->pc = ra;
     fr->sp = cfa;
     fr->bp = bp;
@@ -340,13 +413,14 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
 {
     int n = 0;
     uint64_t touched = 0;
+    cache_ref_t c = cache_now();
     for (;;) {
         if (skip > 0)
             skip--;
         else
             pcs[n++] = fr.pc;
         if (n == max) break;
-        int step = step_dwarf(&fr, lo, hi, &touched);
+        int step = step_dwarf(&fr, lo, hi, c, &touched);
         if (step != PM_STEP_OK) {
             /* no rule for pc (outermost frames end with PM_STEP_END instead):
              * maybe Go's asmcgocall, whose callers are on a goroutine stack */
@@ -357,6 +431,10 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
     pm_objects_give_back(touched);
     return n;
 }
+
+#else
+
+uint64_t pm_unwind_slow_lookups(void) { return 0; }
 
 #endif /* __x86_64__ */
 
@@ -387,13 +465,14 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
         uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
         n = 0;
         uint64_t touched = 0; /* the allocator's own tables only */
+        cache_ref_t c = cache_now();
         int step = PM_STEP_OK;
         while (fr.pc >= own_lo && fr.pc < own_hi) {
             if (skip > 0)
                 skip--;
             else
                 pcs[n++] = fr.pc;
-            if (n == max || (step = step_dwarf(&fr, fp, hi, &touched)) != PM_STEP_OK) break;
+            if (n == max || (step = step_dwarf(&fr, fp, hi, c, &touched)) != PM_STEP_OK) break;
         }
         pm_objects_give_back(touched);
         if (n == max || step != PM_STEP_OK) return n;

@@ -3,12 +3,13 @@
 # pagerelease (the release policy, and malloc_trim's release of the central
 # lists' free pages), large (large blocks and realloc in place), central,
 # tcache, alloc (the malloc family and invalid frees), stats, prof_sampler,
+# prof_sites (the sampled-page flags),
 # fmt, options, os_linux.  What they share is in core_test.h.
 # Included by the top Makefile, which provides BUILD, CC, PM_CFLAGS,
 # CMOCKA_LIBS and PM_TEST_A (the allocator without the libc overrides: the
 # tests call pm_* directly and themselves run on the C library's malloc).
 
-CORE_TEST_NAMES := sizeclass pagemap pageheap pagerelease large central tcache alloc stats prof_sampler fmt \
+CORE_TEST_NAMES := sizeclass pagemap pageheap pagerelease large central tcache alloc stats prof_sampler prof_sites fmt \
 	options os_linux
 CORE_TESTS := $(CORE_TEST_NAMES:%=$(BUILD)/test/test_%)
 CORE_TEST_HDRS := $(wildcard src/*.h) include/profmalloc.h test/unit/core_test.h test/unit/child_stderr.h

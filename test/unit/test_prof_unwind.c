@@ -778,6 +778,113 @@ static void test_reload_same_address_moved_fde(void **state)
     reload_pair("plug_m1.so", "plug_m2.so");
 }
 
+static void expect_child_passes(void (*fn)(void *), void *arg);
+
+/* ---- rules keyed by the PC alone ---------------------------------------- */
+
+static uintptr_t ref_pcs[MAXF];
+static int ref_n;
+
+/* After the start-up objects are listed, a walk through them finds every
+ * rule by its PC alone once it has been worked out, and that rule is the
+ * one the lookup by object gave (the parent's walk, before any listing). */
+static void pinned_child(void *arg)
+{
+    (void)arg;
+    pm_objects_pin_loaded();
+    uintptr_t pcs[2][MAXF];
+    int n[2];
+    uint64_t slow[2];
+    for (int i = 0; i < 2; i++) { /* one call site: the same PCs */
+        uint64_t before = pm_unwind_slow_lookups();
+        n[i] = capture_chain(PM_UNWIND_DWARF, 0, pcs[i], MAXF, 0);
+        slow[i] = pm_unwind_slow_lookups() - before;
+    }
+    fprintf(stderr, "%d and %d frames, %lu and %lu looked up by object\n", n[0], n[1], (unsigned long)slow[0],
+            (unsigned long)slow[1]);
+    if (n[0] != n[1] || n[0] < 6 || memcmp(pcs[0], pcs[1], sizeof pcs[0][0] * (size_t)n[0]) != 0) _exit(3);
+    /* the known chain: the same PCs as the parent's */
+    if (memcmp(pcs[0], ref_pcs, 4 * sizeof ref_pcs[0]) != 0) _exit(4);
+    _exit(slow[0] > 0 && slow[1] == 0 ? 0 : 5);
+}
+
+static void test_pinned_rules_cached(void **state)
+{
+    (void)state;
+    ref_n = capture_chain(PM_UNWIND_DWARF, 0, ref_pcs, MAXF, 0);
+    assert_known_chain(ref_pcs, ref_n, 0);
+    expect_child_passes(pinned_child, NULL);
+}
+
+/* A plugin dlopen()ed after the listing: its frame's rule is looked up by
+ * its object at every walk, never served by the PC alone. */
+static void plugin_child(void *arg)
+{
+    pm_objects_pin_loaded();
+    void *h = dlopen((const char *)arg, RTLD_NOW | RTLD_LOCAL);
+    if (!h) _exit(3);
+    if (reload_call(h) != 0 || reload_call(h) != 0) _exit(3);
+    uint64_t before = pm_unwind_slow_lookups();
+    if (reload_call(h) != 0) _exit(3);
+    uint64_t slow = pm_unwind_slow_lookups() - before;
+    if (reload_n < 3 || !in_st_reload_caller(reload_pcs[2])) _exit(4);
+    fprintf(stderr, "%lu frames looked up by object\n", (unsigned long)slow);
+    _exit(slow >= 1 ? 0 : 5);
+}
+
+static void test_plugin_rules_checked(void **state)
+{
+    (void)state;
+    const char *dir = getenv("ST_PLUG_DIR");
+    if (!dir) skip();
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/plug_a.so", dir);
+    expect_child_passes(plugin_child, path);
+}
+
+/* A plugin opened before the listing (as a library's constructor may)
+ * is listed with the start-up objects but can be closed: rebuilt and
+ * reloaded at the same address, its new frame's rule must be used. */
+static void pinned_reload_child(void *arg)
+{
+    const char *dir = arg;
+    char a[PATH_MAX], b[PATH_MAX], plug[PATH_MAX];
+    snprintf(a, sizeof a, "%s/plug_a.so", dir);
+    snprintf(b, sizeof b, "%s/plug_b.so", dir);
+    snprintf(plug, sizeof plug, "%s/plug_pinned.so", dir);
+    uintptr_t first = 0;
+    for (int round = 0; round < 2; round++) {
+        if (copy_file(round ? b : a, plug) != 0) _exit(3);
+        void *h = dlopen(plug, RTLD_NOW | RTLD_LOCAL);
+        if (!h) _exit(3);
+        struct link_map *lm = NULL;
+        if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0) _exit(3);
+        if (round == 0) {
+            first = (uintptr_t)lm->l_addr;
+            pm_objects_pin_loaded(); /* the plugin is listed with the rest */
+        } else if ((uintptr_t)lm->l_addr != first) {
+            _exit(77); /* not reloaded at the same address: nothing to test */
+        }
+        if (reload_call(h) != 0 || reload_call(h) != 0) _exit(3); /* the second from the cache */
+        if (reload_n < 3 || !in_st_reload_caller(reload_pcs[2])) {
+            fprintf(stderr, "round %d: the plugin's caller is %#lx, not reload_call\n", round,
+                    (unsigned long)reload_pcs[2]);
+            _exit(4);
+        }
+        dlclose(h);
+    }
+    unlink(plug);
+    _exit(0);
+}
+
+static void test_reload_pinned_plugin(void **state)
+{
+    (void)state;
+    char *dir = getenv("ST_PLUG_DIR");
+    if (!dir) skip();
+    expect_child_passes(pinned_reload_child, dir);
+}
+
 /* ---- the unwind tables' pages go back after a lookup -------------------- */
 
 /* A library's pages from its .eh_frame_hdr to the end of the segment
@@ -979,6 +1086,9 @@ int main(void)
         cmocka_unit_test(test_concurrent_dlopen),
         cmocka_unit_test(test_reload_same_address),
         cmocka_unit_test(test_reload_same_address_moved_fde),
+        cmocka_unit_test(test_pinned_rules_cached),
+        cmocka_unit_test(test_plugin_rules_checked),
+        cmocka_unit_test(test_reload_pinned_plugin),
         cmocka_unit_test(test_tables_given_back),
         cmocka_unit_test(test_needed_tables_given_back),
         cmocka_unit_test(test_unloaded_tables_kept),
