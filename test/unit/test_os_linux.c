@@ -133,6 +133,56 @@ static void *robust_in_thread(void *arg)
 
 /* glibc registers a robust list for the main thread and each thread it
  * starts (tcache.c's registry relies on it where the kernel allows). */
+/* Aligned mappings are tried right below the last one, at the alignment:
+ * each lands there whole (no slack mapped and unmapped: pm_os_counts
+ * counts the slack's unmaps as munmap calls), the two touch,
+ * and the kernel makes them one mapping.  A mapping that sits where the
+ * hint points is never replaced: the next one goes elsewhere, aligned. */
+static int mappings_covering(uintptr_t lo, uintptr_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < hi && b > lo) n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_os_aligned_map_at_hint(void **state)
+{
+    (void)state;
+    enum { SIZE = 1 << 20, ALIGN = 64 << 10 };
+    pm_os_counts_t c0, c1;
+    char *a = pm_os_map(SIZE, ALIGN);
+    pm_os_counts(&c0);
+    char *b = pm_os_map(SIZE, ALIGN);
+    pm_os_counts(&c1);
+    assert_true(a && b);
+    assert_int_equal(c1.mmap_calls - c0.mmap_calls, 1);
+    assert_int_equal(c1.munmap_calls - c0.munmap_calls, 0); /* no slack unmapped */
+    assert_int_equal((uintptr_t)a % ALIGN, 0);
+    assert_int_equal((uintptr_t)b % ALIGN, 0);
+    assert_ptr_equal(b + SIZE, a); /* right below, on the alignment */
+    assert_int_equal(mappings_covering((uintptr_t)b, (uintptr_t)a + SIZE), 1);
+    /* something of the program's where the next hint points: kept */
+    char *own = mmap(b - SIZE, SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    assert_ptr_equal(own, b - SIZE);
+    own[0] = 42;
+    char *c = pm_os_map(SIZE, ALIGN);
+    assert_non_null(c);
+    assert_int_equal((uintptr_t)c % ALIGN, 0);
+    assert_true(c + SIZE <= own || c >= own + SIZE);
+    assert_int_equal(own[0], 42);
+    munmap(own, SIZE);
+    assert_int_equal(pm_os_unmap(a, SIZE), 0);
+    assert_int_equal(pm_os_unmap(b, SIZE), 0);
+    assert_int_equal(pm_os_unmap(c, SIZE), 0);
+}
+
 static void test_os_robust_list(void **state)
 {
     (void)state;
@@ -154,6 +204,7 @@ int main(void)
         cmocka_unit_test(test_os_set_blocking),
         cmocka_unit_test(test_os_discard),
         cmocka_unit_test(test_os_robust_list),
+        cmocka_unit_test(test_os_aligned_map_at_hint),
     };
     return cmocka_run_group_tests_name("os_linux", tests, NULL, NULL) ? 1 : 0;
 }
