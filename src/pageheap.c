@@ -65,7 +65,6 @@ static struct {
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
-    _Atomic uint32_t clock_ops;  /* span operations, for clock_coarse */
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 /* The page heap's clock: read before the lock (vDSO), noted under it, so
@@ -83,9 +82,12 @@ static inline void clock_locked(uint64_t now)
  * milliseconds, not nanoseconds (test_pageheap_tick_releases and
  * test_pageheap_cut_keeps_age see the time tests skip at once). */
 #define CLOCK_EVERY 64
+/* counted per thread: one counter for all bounced its cache line between
+ * threads on every medium malloc and free */
+static PM_TLS uint32_t clock_ops;
 static inline uint64_t clock_coarse(void)
 {
-    if ((pm_relaxed_add(&ph.clock_ops, 1) & (CLOCK_EVERY - 1)) == 0) return clock_now();
+    if ((++clock_ops & (CLOCK_EVERY - 1)) == 0) return clock_now();
     return 0;
 }
 
