@@ -8,7 +8,7 @@
 #   -r N    rounds (default 3); each round runs every allocator once, in turn
 # Prints a Markdown table of medians on stdout; progress on stderr.
 #
-# Programs (each skipped when missing): gcc compiling src/pprof.c at -O2;
+# Programs (each skipped when missing): gcc compiling src/prof_http.c at -O2;
 # python3 building 60 000 dicts of lists of strings, json.dumps, json.loads
 # and re.findall; sqlite3 inserting and indexing 50 000 rows in memory;
 # git log -p and git grep over this repository (skipped outside a git
@@ -64,7 +64,7 @@ EOF
 
 names=() cmds=()
 add() { names+=("$1"); cmds+=("$2"); }
-command -v gcc >/dev/null && add gcc "gcc -O2 -c src/pprof.c -Isrc -Iinclude -o $tmp/pprof.o && echo ok"
+command -v gcc >/dev/null && add gcc "gcc -O2 -c src/prof_http.c -Isrc -Iinclude -o $tmp/prof_http.o && echo ok"
 command -v python3 >/dev/null && add python3 "python3 $tmp/work.py"
 command -v sqlite3 >/dev/null && add sqlite3 "sqlite3 :memory: < $tmp/rows.sql"
 if command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
