@@ -111,8 +111,7 @@ static inline void mark_list(int kind, size_t npages, int on)
  * The spans longer than LISTS pages, of each kind, also sit in a treap
  * keyed by (npages, page), its priorities a hash of the span struct's
  * address: a best fit among tens of thousands of long free runs is a
- * descent of ~2 log n nodes, where the walk of the list took 20 us per
- * large malloc with 10 000 of them (bench/holes;
+ * descent of ~2 log n nodes, not a walk of them all (bench/holes;
  * test_pageheap_long_runs_best_fit). */
 static inline uint64_t tree_prio(const pm_span_t *s) { return pm_mix64((uintptr_t)s); }
 
@@ -1303,23 +1302,25 @@ void pm_pageheap_stats(pm_pageheap_stats_t *out)
     pm_unlock(&ph.lock);
 }
 
-/* Spans in tree t, all within (lo, hi) by key and of priority at most
- * the parent's; SIZE_MAX when the order or the heap is broken. */
-static size_t tree_check(const pm_span_t *t, const pm_span_t *lo, const pm_span_t *hi, uint64_t max_prio)
+/* Spans in tree t of kind `kind`, all long, within (lo, hi) by key and of
+ * priority at most the parent's; SIZE_MAX when one is not. */
+static size_t tree_check(const pm_span_t *t, int kind, const pm_span_t *lo, const pm_span_t *hi, uint64_t max_prio)
 {
     if (!t) return 0;
-    if ((lo && !tree_less(lo, t)) || (hi && !tree_less(t, hi)) || tree_prio(t) > max_prio || t->npages <= LISTS)
+    if ((lo && !tree_less(lo, t)) || (hi && !tree_less(t, hi)) || tree_prio(t) > max_prio || t->npages <= LISTS ||
+        (t->state != PM_SPAN_FREE && t->state != PM_SPAN_RETURNED) || kind_of(t) != kind)
         return SIZE_MAX;
-    size_t l = tree_check(t->tl, lo, t, tree_prio(t)), r = tree_check(t->tr, t, hi, tree_prio(t));
+    size_t l = tree_check(t->tl, kind, lo, t, tree_prio(t)), r = tree_check(t->tr, kind, t, hi, tree_prio(t));
     return l == SIZE_MAX || r == SIZE_MAX ? SIZE_MAX : l + r + 1;
 }
 
-/* Tests: the free lists and the age list agree.  0, or which check failed:
- * 1 a listed span's state or length list is wrong, 2 the pages on the
- * lists are not free_pages, 3 an age-list link is broken or a span on it
- * is not FREE, 4 the age list is not oldest first, 6 a size tree is out
- * of order or does not hold exactly its kind's long spans, 5 it does not hold
- * every FREE span. */
+/* Tests: the free lists, the age list and the size trees agree.  0, or
+ * which check failed: 1 a listed span's state or length list is wrong,
+ * 2 the pages on the lists are not free_pages, 3 an age-list link is
+ * broken or a span on it is not FREE, 4 the age list is not oldest
+ * first, 5 it does not hold every FREE span, 6 a size tree is out of
+ * order, holds a span of another kind or a short one, or holds fewer or
+ * more spans than its kind's long list. */
 int pm_pageheap_verify(void)
 {
     int bad = 0;
@@ -1344,7 +1345,7 @@ int pm_pageheap_verify(void)
     for (int kind = KIND_FREE; kind <= KIND_RETURNED && !bad; kind++) {
         size_t nlong = 0;
         for (pm_span_t *s = ph.lists[kind][0]; s; s = s->next) nlong++;
-        if (tree_check(ph.tree[kind], NULL, NULL, UINT64_MAX) != nlong) bad = 6;
+        if (tree_check(ph.tree[kind], kind, NULL, NULL, UINT64_MAX) != nlong) bad = 6;
     }
     pm_unlock(&ph.lock);
     return bad;

@@ -100,7 +100,7 @@ typedef struct pm_tcache {
     uint8_t active[PM_CLASS_MAX];     /* refilled or overflowed since the last scavenge */
     _Atomic size_t capacity;        /* the owner writes it; thieves read it (tcache.c) */
     _Atomic size_t budget;
-    size_t small_capacity;          /* the part of capacity in classes up to 1 KiB */
+    size_t small_capacity;          /* the part of capacity in classes up to 16 KiB */
     uint64_t limited[(PM_CLASS_MAX + 63) / 64]; /* classes with max_len > 0 */
     uint8_t state;                  /* PM_THREAD_* */
     uint8_t in_profiler;            /* reentrancy guard for the profiler */

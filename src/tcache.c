@@ -1,6 +1,7 @@
 /* tcache.c — per-thread caches: one free list per size class, in
  * initial-exec TLS, created lazily by the first slow path of a thread.
- * Lists adapt within a byte budget per thread (at most 1 MiB): a list
+ * Lists adapt within a byte budget per thread (at most 4 MiB, of which
+ * the classes up to 16 KiB may use 1 MiB): a list
  * starts at 4 objects and doubles up to a batch, then grows a batch per
  * underflow, and shrinks after repeated overflows (like tcmalloc).  The
  * budgets come from one global pool (PROFMALLOC_TCACHE_BYTES); a thread
@@ -26,14 +27,14 @@ PM_TLS pm_tcache_t pm_tls;
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
 /* A busy thread's cache may grow to this, as tcmalloc's may: a class
- * above 16 KiB moves 2-4 objects per central trip, so a program cycling
- * through the ~30 classes from 16 to 256 KiB (bench/mixed -m medium) made
- * a trip for most of its operations with 1 MiB for all classes. */
+ * above 16 KiB moves 2 or 3 objects per central trip, and a program
+ * cycling through the ~30 classes from 16 to 256 KiB made a trip for most
+ * of its operations when 1 MiB was all (test_tcache_thread_cap). */
 #define MAX_BUDGET ((size_t)4 << 20)
 /* ... but the classes up to SMALL_CLASS_MAX (4 or more objects a trip)
  * never hold more than this: 4 MiB of them per thread cost a program
- * whose threads take turns (bench/pythreads) 20 % more peak RSS for no
- * speed (test_tcache_small_classes_capped). */
+ * whose threads take turns (bench/pythreads) peak RSS for no speed
+ * (test_tcache_small_classes_capped). */
 #define MAX_SMALL_BUDGET ((size_t)1 << 20)
 #define SMALL_CLASS_MAX 16384
 #define MAX_LIST_LEN 8192
@@ -42,12 +43,11 @@ PM_TLS pm_tcache_t pm_tls;
 #define STEAL_TRIES 16   /* threads one budget growth looks at (grow_budget) */
 #define STEAL_BACKOFF_MAX 1024
 /* Refused growths between two scavenges, per class with a limit: a list
- * is idle when it saw no refill or overflow in a window that long.  16 for
- * all threads halved lists of a thread cycling through ~60 medium classes
- * that had been idle only for a sixtieth of a pass, which then refilled
- * them (bench/mixed -m medium: 101 M instructions, 70.7 M at 4 per class,
- * 72.4 M at 16 per class); a thread using a few classes still moves on to
- * new sizes within a few dozen refills (test_tcache_moves_to_new_size). */
+ * is idle when it saw no refill or overflow in a window that long.  A
+ * fixed 16 halved the lists of a thread cycling through ~60 medium
+ * classes, idle only for a sixtieth of a pass, which it then refilled; a
+ * thread using a few classes still moves on to a new size within a pass
+ * (test_tcache_moves_to_new_size). */
 #define SCAVENGE_PER_CLASS 4
 #define SCAVENGE_MIN 16
 
@@ -112,8 +112,13 @@ static void maybe_flush(pm_tcache_t *t)
     pm_tcache_flush_all(t);
 }
 
+/* The classes up to SMALL_CLASS_MAX, as a map like pm_tcache_t.limited. */
+static uint64_t small_map[(PM_CLASS_MAX + 63) / 64];
+
 void pm_tcache_init(void)
 {
+    for (unsigned cls = 1; cls < pm_class_count; cls++)
+        if (pm_class_size[cls] <= SMALL_CLASS_MAX) small_map[cls >> 6] |= (uint64_t)1 << (cls & 63);
     atomic_store(&unclaimed, (int64_t)pm_options.tcache_bytes);
     pthread_key_create(&exit_key, pm_tcache_thread_exit);
     pm_os_set_give_back(pm_tcache_give_back); /* the profiler's scratch maps */
@@ -382,11 +387,11 @@ static int grow_budget(pm_tcache_t *t, size_t bytes)
 /* Halves the lists that saw no refill or overflow since the last call:
  * their blocks sit idle while other classes want the budget (a program
  * that moved on from one size to another). */
-static size_t scavenge(pm_tcache_t *t)
+static size_t scavenge(pm_tcache_t *t, int small_only)
 {
     size_t before = t->capacity;
     for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++)
-        for (uint64_t m = t->limited[w]; m; m &= m - 1) {
+        for (uint64_t m = t->limited[w] & (small_only ? small_map[w] : ~(uint64_t)0); m; m &= m - 1) {
             unsigned cls = w * 64 + (unsigned)__builtin_ctzll(m);
             if (!t->active[cls]) halve(t, cls);
             t->active[cls] = 0;
@@ -421,12 +426,12 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
             return;
         }
         t->scavenge_skip = scavenge_window(t);
-        scavenge(t);
+        scavenge(t, 1); /* the larger classes' lists would free no room here */
         if (t->small_capacity + bytes > MAX_SMALL_BUDGET) return;
     }
     if (t->capacity + bytes > atomic_load(&t->budget)) {
         /* no budget to be had: idle lists give up room.  While stealing
-         * waits its turn, scavenging (it walks every class) runs when the
+         * waits its turn, scavenging (it walks every limited class) runs when the
          * refusals left are a multiple of 16: at least once per wait, the
          * last refusal of it.  Never, and a thread moving from size to size
          * took 5x the refills; always, and 1000 crowded threads took 1.3 s,
@@ -442,7 +447,7 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
                 return;
             }
             t->scavenge_skip = scavenge_window(t);
-            if (scavenge(t) == 0 || t->capacity + bytes > atomic_load(&t->budget)) return;
+            if (scavenge(t, 0) == 0 || t->capacity + bytes > atomic_load(&t->budget)) return;
         }
     }
     set_limit(t, cls, l->max_len + by);
@@ -455,7 +460,7 @@ void pm_tcache_idle_check(pm_tcache_t *t)
     uint32_t e = pm_relaxed_load(&tick_epoch);
     if (e - t->idle_epoch < IDLE_TICKS || t->state != PM_THREAD_ACTIVE) return;
     t->idle_epoch = e;
-    scavenge(t);
+    scavenge(t, 0);
 }
 
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)

@@ -493,9 +493,10 @@ static void test_tcache_crowd_steals_bounded(void **state)
 
 /* One thread's cache never holds more than 4 MiB (tcache.c MAX_BUDGET),
  * however much the global pool has left, and of that at most 1 MiB in
- * classes up to 16 KiB (MAX_SMALL_BUDGET): a thread that cycles 32 MB of
- * blocks of 32..256 KiB through its cache grows its lists past 1 MiB up to
- * the cap; one that cycles 1.6 MB of blocks of 1..16 KiB stops at 1 MiB. */
+ * classes up to 16 KiB (MAX_SMALL_BUDGET): a thread that cycles some
+ * 50 MB of blocks of 32..512 KiB (the largest not cached) through its
+ * cache grows its lists past 1 MiB up to the cap; one that cycles 1.6 MB
+ * of blocks of 1..16 KiB stops at 1 MiB. */
 typedef struct {
     size_t budget_max, capacity_max, small_max;
     uint32_t over_budget;
@@ -662,6 +663,37 @@ static void test_tcache_idle_lists_shrink(void **state)
         fail_msg("the list in use went from %u to %u", r.busy_before, r.busy_after);
 }
 
+/* The same through malloc: at rate 0 a thread's countdown ends every
+ * 4 MiB it allocates (PM_TICK_BYTES), which runs the release tick when an
+ * eighth of a second has passed, and the idle check.  A thread that
+ * filled a 64 KiB list and then allocates only 4 KiB blocks, 5 MiB per
+ * eighth of a second, halves the idle list within 20 such rounds. */
+static void *idle_malloc_thread(void *arg)
+{
+    idle_t *r = arg;
+    unsigned big = pm_sizeclass_of(64 << 10);
+    for (int i = 0; i < 10; i++) cycle_size(64 << 10, 32);
+    r->before = pm_tls.list[big].max_len;
+    for (int round = 0; round < 20; round++) {
+        pm_pageheap_skip_time(pm_release_decay_ns() / 8 + 5000000);
+        for (int i = 0; i < 20; i++) cycle_size(4096, 64);
+    }
+    r->after_all = pm_tls.list[big].max_len;
+    check_tcache_invariants(&pm_tls, "idle malloc thread");
+    return NULL;
+}
+
+static void test_tcache_idle_lists_shrink_through_malloc(void **state)
+{
+    (void)state;
+    idle_t r = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, idle_malloc_thread, &r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (r.before < 16) fail_msg("64 KiB list reached only %u", r.before);
+    if (r.after_all > r.before / 2) fail_msg("64 KiB list still %u of %u after 20 rounds", r.after_all, r.before);
+}
+
 /* The global pool bounds the caches of threads that sleep, too: each of
  * SLEEPERS threads in turn grows its cache as far as it can, then sleeps
  * (as a Python thread waiting for the GIL does).  Once the pool is spent, a
@@ -737,6 +769,7 @@ int main(void)
         cmocka_unit_test(test_tcache_small_classes_capped),
         cmocka_unit_test(test_tcache_moves_to_new_size),
         cmocka_unit_test(test_tcache_idle_lists_shrink),
+        cmocka_unit_test(test_tcache_idle_lists_shrink_through_malloc),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
     };
     int failed = 0;
