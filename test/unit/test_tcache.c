@@ -28,6 +28,14 @@ static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
     if (t->capacity > budget) fail_msg("%s: capacity %zu > budget %zu", where, t->capacity, budget);
 }
 
+/* Runs fn(arg) on a thread of its own (a fresh cache) and waits for it. */
+static void run_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fn, arg), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+}
+
 typedef struct {
     int state_before, state_after_malloc, state_after_free;
     uint32_t max_len_first;
@@ -549,9 +557,7 @@ static void *cap_thread(void *arg)
 static cap_t run_cap_thread(size_t first)
 {
     cap_t r = {.first = first};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, cap_thread, &r), 0);
-    assert_int_equal(pthread_join(th, NULL), 0);
+    run_thread(cap_thread, &r);
     assert_int_equal(r.over_budget, 0);
     return r;
 }
@@ -608,9 +614,7 @@ static void test_tcache_moves_to_new_size(void **state)
 {
     (void)state;
     move_t r = {0};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, move_thread, &r), 0);
-    assert_int_equal(pthread_join(th, NULL), 0);
+    run_thread(move_thread, &r);
     /* the first size held most of the budget */
     if (r.old_len < 40) fail_msg("64 KiB list reached only %u", r.old_len);
     if (r.new_len < 48 || r.rounds > 3) /* 7 with a window of 1024 for all */
@@ -650,9 +654,7 @@ static void test_tcache_idle_lists_shrink(void **state)
 {
     (void)state;
     idle_t r = {0};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, idle_thread, &r), 0);
-    assert_int_equal(pthread_join(th, NULL), 0);
+    run_thread(idle_thread, &r);
     if (r.before < 16) fail_msg("64 KiB list reached only %u", r.before);
     assert_int_equal(r.after_first, r.before);      /* it was in use since the last look */
     assert_int_equal(r.after_second, r.before / 2); /* idle since: halved */
@@ -687,9 +689,7 @@ static void test_tcache_idle_lists_shrink_through_malloc(void **state)
 {
     (void)state;
     idle_t r = {0};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, idle_malloc_thread, &r), 0);
-    assert_int_equal(pthread_join(th, NULL), 0);
+    run_thread(idle_malloc_thread, &r);
     if (r.before < 16) fail_msg("64 KiB list reached only %u", r.before);
     if (r.after_all > r.before / 2) fail_msg("64 KiB list still %u of %u after 20 rounds", r.after_all, r.before);
 }
