@@ -268,10 +268,11 @@ void *pm_realloc(void *p, size_t size)
         return p;
     }
     memcpy(q, p, size < old ? size : old);
-    if (big) {
-        /* the block it leaves goes back to the OS at once, as mremap
+    if (s->cls == 0) {
+        /* a large block it leaves goes back to the OS at once, as mremap
          * leaves nothing behind: a block growing in steps would otherwise
-         * leave every step resident in the page heap */
+         * leave every step resident in the page heap, and the default cap
+         * keeps young free runs (pagerelease.c, bench/grow) */
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
         pm_large_free(s, 1);
     } else {

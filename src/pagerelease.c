@@ -27,6 +27,8 @@ static struct {
  * page fault (test_pageheap_tick_releases). */
 static void rule_decay(const pm_heap_view_t *v, pm_release_plan_t *p)
 {
+    /* (after the cap's aged pick, which takes the oldest spans first) */
+    if (p->aged_before) return;
     if (v->now >= PM_DECAY_NS && v->oldest_free_ns <= v->now - PM_DECAY_NS) p->aged_before = v->now - PM_DECAY_NS;
 }
 
@@ -40,13 +42,23 @@ static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p)
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     if (!pm_options.release_bytes_set && limit < v->in_use) limit = v->in_use;
     if (v->free <= limit) return;
-    /* Paced: the default cap is enforced a tick at a time, and at once
-     * only past twice the cap: fragmentation's free runs come and go
-     * within a tick as blocks of random size are replaced, and releasing
-     * them on the free that crossed the cap made the next blocks fault
-     * in fresh pages (bench/bigrepeat).  A cap the user gave holds at every free
-     * (test_pageheap_cap_paced). */
-    if (event == PM_RELEASE_FREE && !pm_options.release_bytes_set && v->free <= limit + limit / 2) return;
+    /* Paced: the default cap is enforced a tick at a time; a free
+     * enforces it past 1.5 times the cap only on spans unused for an
+     * eighth of a second, oldest first, and on any span only past twice
+     * the cap.  Fragmentation's free runs come and go as blocks of random
+     * size are replaced, and releasing the ones just freed made the next
+     * blocks fault in fresh pages (bench/bigrepeat); a program that frees
+     * much at once and then sleeps still keeps no more than twice the cap.
+     * A cap the user gave holds at every free (test_pageheap_cap_paced). */
+    if (event == PM_RELEASE_FREE && !pm_options.release_bytes_set) {
+        if (v->free <= limit + limit / 2) return;
+        if (v->free <= 2 * limit) {
+            if (v->now < GROWTH_AGE_NS) return;
+            p->aged_before = v->now - GROWTH_AGE_NS;
+            p->aged_floor = limit - limit / 8;
+            return;
+        }
+    }
     p->keep_pages = limit - limit / 8;
 }
 

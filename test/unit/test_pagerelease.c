@@ -190,6 +190,54 @@ static void test_pageheap_cap_paced(void **state)
     assert_int_equal(after, (size_t)FREED * BIG - (32 << 20));
 }
 
+/* Past 1.5 times the default cap, a free returns only spans unused for an
+ * eighth of a second, oldest first: the spans just freed stay for the next
+ * blocks (bench/bigrepeat faulted in 144 k pages over 2 000 steps, 33 k
+ * now), the stale ones go.  Past twice the cap any span goes at once, so a
+ * program that frees much and then sleeps keeps at most that. */
+static void test_pageheap_cap_keeps_young(void **state)
+{
+    (void)state;
+    enum { BIG = 8 << 20, USED = 16, FREED = 28, BURST = 24, N = USED + 1 + FREED + BURST };
+    static pm_span_t *s[N], *sep[N];
+    /* each span with a page in use after it, so that none merges with
+     * another (a merged run is as young as its youngest part): cut in turn
+     * from the front of the one resident free run */
+    pm_options_t saved = pm_options;
+    pm_options.release_bytes_set = 1; /* a cap of a TiB while it is cut */
+    pm_options.release_bytes = (size_t)1 << 40;
+    pm_pageheap_release_all();
+    pm_span_t *run = pm_pageheap_alloc((size_t)(USED + 1 + FREED) * (BIG / PAGE + 1));
+    assert_non_null(run);
+    pm_pageheap_free(run);
+    for (int i = 0; i < USED + 1 + FREED; i++) {
+        assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
+        assert_non_null(sep[i] = pm_pageheap_alloc(1));
+        assert_int_equal(sep[i]->page, s[i]->page + BIG / PAGE);
+    }
+    pm_options = saved; /* the default cap from here on */
+    pm_pageheap_skip_time(1100000000ull); /* the clock noted now */
+    for (int i = USED + 1; i < USED + 1 + FREED; i++) pm_pageheap_free(s[i]);
+    /* 224 MiB free, just freed, against a cap of 136 MiB (in use): kept */
+    size_t young = ph_stats().free;
+    pm_pageheap_skip_time(200000000ull);
+    pm_pageheap_free(s[USED]); /* a free once they are old: cap 128 MiB */
+    size_t aged = ph_stats().free;
+    for (int i = USED + 1 + FREED; i < N; i++) {
+        assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
+        assert_non_null(sep[i] = pm_pageheap_alloc(1));
+    }
+    for (int i = USED + 1 + FREED; i < N; i++) pm_pageheap_free(s[i]);
+    size_t burst = ph_stats().free; /* freed at once, past twice the cap */
+    for (int i = 0; i < USED; i++) pm_pageheap_free(s[i]);
+    for (int i = 0; i < N; i++) pm_pageheap_free(sep[i]);
+    pm_pageheap_release_all();
+    assert_int_equal(young, (size_t)FREED * BIG);
+    /* the old ones went down to 7/8 of the cap; the one just freed stayed */
+    if (aged > (size_t)USED * BIG || aged < (size_t)BIG) fail_msg("%zu MiB free after the old ones could go", aged >> 20);
+    if (burst > 2 * (size_t)USED * BIG + BIG) fail_msg("%zu MiB free past twice the cap", burst >> 20);
+}
+
 /* The release rules run as the program allocates (pm_pageheap_tick, from
  * the sampling countdown), not only when the page heap frees a span: a
  * program that frees its big blocks and goes on with small ones gets them
@@ -603,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
         cmocka_unit_test(test_pageheap_cap_paced),
+        cmocka_unit_test(test_pageheap_cap_keeps_young),
         cmocka_unit_test(test_pageheap_tick_releases),
         cmocka_unit_test(test_pageheap_tick_bounded),
         cmocka_unit_test(test_pageheap_cut_keeps_age),
