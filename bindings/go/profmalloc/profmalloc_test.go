@@ -252,7 +252,10 @@ func TestPeakHandler(t *testing.T) {
 			top = fn
 		}
 	}
-	if top != "pm_go_test_peak_site" || byFn[top] < 40<<20 {
+	// 768 blocks of 64 KiB at the 512 KiB mean rate are ~90 samples (a
+	// standard error of ~11 %), and the copy is taken up to a tenth before
+	// the top: 40 MiB of the 48 failed about one run in twelve
+	if top != "pm_go_test_peak_site" || byFn[top] < 24<<20 {
 		t.Fatalf("the peak's top site is %q (%v)", top, byFn)
 	}
 	live, err := cHeap()
