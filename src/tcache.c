@@ -112,7 +112,8 @@ static void maybe_flush(pm_tcache_t *t)
     pm_tcache_flush_all(t);
 }
 
-/* The classes up to SMALL_CLASS_MAX, as a map like pm_tcache_t.limited. */
+/* The classes up to SMALL_CLASS_MAX, as a map like pm_tcache_t.limited:
+ * the one test of "small" (small_class, and scavenge's small-only walk). */
 static uint64_t small_map[(PM_CLASS_MAX + 63) / 64];
 
 void pm_tcache_init(void)
@@ -274,7 +275,7 @@ static void release(pm_tlist_t *l, unsigned cls, uint32_t n)
     }
 }
 
-static inline int small_class(unsigned cls) { return pm_class_size[cls] <= SMALL_CLASS_MAX; }
+static inline int small_class(unsigned cls) { return (small_map[cls >> 6] >> (cls & 63)) & 1; }
 
 /* Sets list cls's limit to n, keeping the capacities and the map of
  * limited classes (which scavenge and shrink walk) in step. */
