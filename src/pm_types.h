@@ -140,6 +140,7 @@ typedef struct pm_central {
     uint64_t span_free;          /* Σ capacity - allocated over its spans */
     pm_span_t *trim_held;        /* spans malloc_trim holds (central.c) */
     uint32_t kept, kept_max;     /* empty spans left on the list (central.c) */
+    uint32_t kept_cap;           /* ... never more than this (central.c keep_limit) */
     uint32_t idle_ticks;         /* ticks without a get or put (central.c) */
     uint8_t busy;                /* a get or put since the last tick */
 } PM_ALIGNED(PM_CACHELINE) pm_central_t;
