@@ -271,6 +271,8 @@ static void free_spans(pm_span_t *empty)
 
 /* Puts a chain of n objects back into their spans, unlocks c, and gives
  * the spans that became empty back to the page heap. */
+static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep);
+
 static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n)
 {
     pm_span_t *empty = NULL;
@@ -305,6 +307,18 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
             c->span_free -= s->capacity;
             s->next = empty;
             empty = s;
+            /* fewer in use: the kept spans past the bound go too, so a
+             * class the program has moved on from keeps kept_max (strings
+             * grown through the classes by realloc, bench/realloc) */
+            if (c->kept > keep_limit(c)) {
+                pm_span_t *more = unkeep_locked(c, keep_limit(c));
+                while (more) {
+                    pm_span_t *next = more->next;
+                    more->next = empty;
+                    empty = more;
+                    more = next;
+                }
+            }
         } else if (s->trimming) {
             continue; /* held by malloc_trim, which links it back */
         } else if (!s->on_list) {
@@ -350,16 +364,17 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     pm_unlock(&c->lock);
 }
 
-/* Takes c's kept empty spans off its list down to `keep`, for free_spans
- * once the lock is dropped. */
+/* Takes c's kept empty spans off its list down to `keep` (0: every empty
+ * span, a fresh one not carved yet too), for free_spans once the lock is
+ * dropped.  Kept spans wait last in line: the walk starts at the tail. */
 static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep)
 {
     pm_span_t *empty = NULL;
-    for (pm_span_t *s = c->nonempty.prev, *prev; c->kept > keep && s != &c->nonempty; s = prev) {
+    for (pm_span_t *s = c->nonempty.prev, *prev; s != &c->nonempty && (!keep || c->kept > keep); s = prev) {
         prev = s->prev;
-        if (s->allocated) continue;
+        if (s->allocated || (keep && !s->carved)) continue;
         unlink_span(s);
-        kept_set(c, c->kept - 1);
+        if (s->carved && c->kept) kept_set(c, c->kept - 1);
         c->spans--;
         c->span_free -= s->capacity;
         s->next = empty;
@@ -392,8 +407,7 @@ void pm_central_drain(void)
 
 /* Called with the page heap's tick (at most 8 times a second): a class
  * with kept spans and no get or put for PM_KEEP_IDLE_TICKS ticks gives
- * them back, and a busy one those past keep_limit (it had more in use
- * before).  The unlocked look at `kept` only skips classes. */
+ * them back.  The unlocked look at `kept` only skips classes. */
 void pm_central_tick(void)
 {
     for (unsigned i = 0; i < pm_relaxed_load(&nassigned); i++) {
@@ -404,7 +418,6 @@ void pm_central_tick(void)
         if (c->busy) {
             c->busy = 0;
             c->idle_ticks = 0;
-            if (c->kept > keep_limit(c)) empty = unkeep_locked(c, keep_limit(c));
         } else if (++c->idle_ticks >= PM_KEEP_IDLE_TICKS) {
             empty = unkeep_locked(c, 0);
         }
