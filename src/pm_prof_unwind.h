@@ -35,6 +35,14 @@ int pm_unwind_get_mode(void);
  * unwind info, at a signal frame, or when the stack looks corrupt. */
 int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
+/* As pm_unwind_capture, from the frame record at fp (a caller's, further
+ * up this stack, built by __builtin_frame_address(0)): pcs[0] is the
+ * return address it holds.  A record outside the stack, or one whose
+ * return address is in the allocator's own code (its function was called,
+ * not tail-called, from inside the allocator), gives the whole walk from
+ * here, whose first frames the caller skips as before. */
+int pm_unwind_capture_from(uintptr_t fp, uintptr_t *pcs, int max);
+
 /* How many frames' rules were not found by the PC alone (the loader was
  * asked for their object), about: x86-64 only, for the tests. */
 uint64_t pm_unwind_slow_lookups(void);

@@ -499,3 +499,31 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
     return 0;
 #endif
 }
+
+PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int max)
+{
+#if defined(__x86_64__)
+    if (max <= 0) return 0;
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+    uintptr_t hi = stack_top(fp);
+    if (efp > fp && pm_objects_dwarf_ready() && slot_ok(efp, fp, hi) && slot_ok(efp + 8, fp, hi)) {
+        frame_t fr = {load_slot(efp + 8), efp + 16, load_slot(efp)};
+        uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
+        if (fr.pc >= 4096 && (fr.pc < own_lo || fr.pc >= own_hi)) {
+            int n;
+            if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) {
+                n = walk_dwarf(fr, fp, hi, pcs, max, 0);
+            } else {
+                pcs[0] = fr.pc;
+                n = 1 + (max > 1 ? walk_fp(fr.bp, fr.sp, hi, pcs + 1, max - 1, 0) : 0);
+            }
+            __asm__ volatile("" : "+r"(n) : : "memory");
+            return n;
+        }
+    }
+#endif
+    (void)efp;
+    int n = pm_unwind_capture(pcs, max, 0);
+    __asm__ volatile("" : "+r"(n) : : "memory");
+    return n;
+}

@@ -68,6 +68,8 @@ RANGE(st_asm_bad)
 RANGE(st_ctor)
 RANGE(st_reload_cb)
 RANGE(st_reload_caller)
+RANGE(st_entry)
+RANGE(st_entry_caller)
 
 static volatile int sink;
 
@@ -165,6 +167,48 @@ static void test_skip_and_max(void **state)
         assert_int_equal(capture_chain(mode, 1, pcs, 0, 0), 0);
         assert_int_equal(capture_chain(mode, 1, pcs, MAXF, 100000), 0);
     }
+}
+
+/* pm_alloc_slow's frame record, as malloc tail-calls it: the walk from it
+ * (pm_unwind_capture_from) gives the whole walk's frames from its caller
+ * on, without stepping through the frames below; a record that is not on
+ * the stack above gives the whole walk. */
+FN_IN(st_entry) static int entry_walks(uintptr_t *from, int *nfrom, uintptr_t *all, int max, uintptr_t bogus)
+{
+    uintptr_t fp = bogus ? bogus : (uintptr_t)__builtin_frame_address(0);
+    *nfrom = pm_unwind_capture_from(fp, from, max);
+    int n = pm_unwind_capture(all, max, 0);
+    sink++;
+    return n;
+}
+
+FN_IN(st_entry_caller) static int entry_caller(uintptr_t *from, int *nfrom, uintptr_t *all, uintptr_t bogus)
+{
+    int n = entry_walks(from, nfrom, all, MAXF, bogus);
+    sink++;
+    return n;
+}
+
+static void test_capture_from_entry_frame(void **state)
+{
+    (void)state;
+    uintptr_t from[MAXF], all[MAXF];
+    for (int mode = PM_UNWIND_DWARF; mode <= PM_UNWIND_FP; mode++) {
+        pm_unwind_set_mode(mode);
+        int nfrom = 0, n = entry_caller(from, &nfrom, all, 0);
+        assert_true(n >= 3 && n < MAXF);
+        assert_true(in_st_entry(all[0]));
+        assert_true(in_st_entry_caller(all[1]));
+        assert_int_equal(nfrom, n - 1);
+        for (int i = 0; i < nfrom; i++) assert_int_equal(from[i], all[i + 1]);
+        /* below this frame, or not a stack address: the whole walk */
+        n = entry_caller(from, &nfrom, all, 8);
+        assert_true(nfrom >= 3);
+        int seen = 0;
+        for (int i = 0; i < nfrom; i++) seen += in_st_entry_caller(from[i]);
+        assert_int_equal(seen, 1);
+    }
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
 }
 
 static void test_deep_recursion(void **state)
@@ -1075,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_dwarf_chain),
         cmocka_unit_test(test_fp_chain),
         cmocka_unit_test(test_skip_and_max),
+        cmocka_unit_test(test_capture_from_entry_frame),
         cmocka_unit_test(test_deep_recursion),
         cmocka_unit_test(test_matches_backtrace),
         cmocka_unit_test(test_through_libc),
