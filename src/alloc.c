@@ -92,7 +92,7 @@ pm_tcache_t *pm_alloc_thread_cache(void)
 /* A block of at least `bytes` for a request of `size` <= bytes bytes: the
  * sampler and the profiler see `size` (realloc reserves more than it was
  * asked for; the heap profile shows what the program asked for). */
-static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int zero)
+static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int zero, uintptr_t entry)
 {
     if (PM_UNLIKELY(bytes > PTRDIFF_MAX)) return enomem();
     pm_tcache_t *t = pm_alloc_thread_cache();
@@ -105,7 +105,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
         p = pm_large_alloc(size, bytes, align_pages, zero);
     }
     if (sampled && p) {
-        pm_sites_add(t, p, size, sampled);
+        pm_sites_add(t, p, size, sampled, entry);
         pm_hunt_tick(); /* peak copy, dump triggers, timeline */
     } else if (PM_UNLIKELY(pm_hunt_clocked)) {
         pm_hunt_slow_path(t);
@@ -115,23 +115,19 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
 
 static void *alloc_any(size_t size, size_t align_pages, int zero)
 {
-    return alloc_reserve(size, size, align_pages, zero);
+    return alloc_reserve(size, size, align_pages, zero, 0);
 }
 
 /* malloc reaches its slow path by a tail call, so this frame's record
  * holds malloc's caller's return address and %rbp, its CFA that caller's
  * stack pointer: a sample's stack walk starts there and steps through
- * none of the allocator's frames, about 160 of a sample's 1 500
- * instructions (pm_unwind_capture_from; test_prof_unwind:
- * test_capture_from_entry_frame).  Saved and restored, as a signal
- * handler's malloc may run inside another. */
+ * none of the allocator's frames (pm_unwind_capture_from; test_prof_unwind:
+ * test_capture_from_entry_frame).  Handed down as an argument, so no other
+ * path (realloc, or a signal handler's, inside this call) can see it. */
 PM_NOINLINE void *pm_alloc_slow(size_t size)
 {
-    pm_tcache_t *t = &pm_tls;
-    uintptr_t outer = t->entry_fp;
-    t->entry_fp = (uintptr_t)__builtin_frame_address(0);
-    void *p = alloc_any(size, 1, 0);
-    t->entry_fp = outer;
+    void *p = alloc_reserve(size, size, 1, 0, (uintptr_t)__builtin_frame_address(0));
+    __asm__ volatile("" : "+r"(p) : : "memory"); /* no tail call: the record must stay */
     return p;
 }
 
@@ -268,7 +264,7 @@ void *pm_realloc(void *p, size_t size)
     void *q = NULL;
     int saved = errno;
     if (size > old && reserve > size) {
-        q = alloc_reserve(size, reserve, 1, 0);
+        q = alloc_reserve(size, reserve, 1, 0, 0);
         if (!q) errno = saved; /* the exact size may still fit */
     }
     if (!q) q = pm_malloc_inline(size);
@@ -322,7 +318,7 @@ void *pm_memalign(size_t align, size_t size)
          * since spans start on page boundaries; the sampler and the
          * profile see the size asked for, not the class's */
         for (unsigned cls = pm_sizeclass_of(size < align ? align : size); cls < pm_class_count; cls++)
-            if (pm_class_size[cls] % align == 0) return alloc_reserve(size, pm_class_size[cls], 1, 0);
+            if (pm_class_size[cls] % align == 0) return alloc_reserve(size, pm_class_size[cls], 1, 0, 0);
     }
     return alloc_any(size, align > PM_PAGE_SIZE ? align >> PM_PAGE_SHIFT : 1, 0);
 }

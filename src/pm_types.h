@@ -112,7 +112,6 @@ typedef struct pm_tcache {
     uint32_t hunt_slow;             /* slow paths since the clock was read (prof_peak.c) */
     uint32_t idle_epoch;            /* release ticks seen at its last idle check (tcache.c) */
     void *prof_sites[8];            /* the profiler's recently used buckets */
-    uintptr_t entry_fp;             /* frame record of the slow path malloc tail-called, or 0 (alloc.c) */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */
 } pm_tcache_t;
 

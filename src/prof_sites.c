@@ -592,14 +592,14 @@ uint64_t pm_sites_live_low(uint64_t restart)
     return atomic_exchange_explicit(&live_low, restart, memory_order_relaxed);
 }
 
-void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
     int saved_errno = errno;
     uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
-    int n = t->entry_fp ? pm_unwind_capture_from(t->entry_fp, raw, PM_STACK_MAX + STACK_EXTRA)
-                        : pm_unwind_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
+    int n = entry ? pm_unwind_capture_from(entry, raw, PM_STACK_MAX + STACK_EXTRA)
+                  : pm_unwind_capture(raw, PM_STACK_MAX + STACK_EXTRA, 0);
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
