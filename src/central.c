@@ -271,7 +271,17 @@ static void free_spans(pm_span_t *empty)
 
 /* Puts a chain of n objects back into their spans, unlocks c, and gives
  * the spans that became empty back to the page heap. */
-static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep);
+/* Span s (off c's list) leaves class c: pushed on `empty`, the chain of
+ * spans for free_spans once c's lock is dropped; returns the new head. */
+static pm_span_t *leave_locked(pm_central_t *c, pm_span_t *s, pm_span_t *empty)
+{
+    c->spans--;
+    c->span_free -= s->capacity;
+    s->next = empty;
+    return s;
+}
+
+static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep, pm_span_t *empty);
 
 static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n)
 {
@@ -303,22 +313,11 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
                 link_span(c, s, 1);
                 continue;
             }
-            c->spans--;
-            c->span_free -= s->capacity;
-            s->next = empty;
-            empty = s;
+            empty = leave_locked(c, s, empty);
             /* fewer in use: the kept spans past the bound go too, so a
              * class the program has moved on from keeps kept_max (strings
              * grown through the classes by realloc, bench/realloc) */
-            if (c->kept > keep_limit(c)) {
-                pm_span_t *more = unkeep_locked(c, keep_limit(c));
-                while (more) {
-                    pm_span_t *next = more->next;
-                    more->next = empty;
-                    empty = more;
-                    more = next;
-                }
-            }
+            if (c->kept > keep_limit(c)) empty = unkeep_locked(c, keep_limit(c), empty);
         } else if (s->trimming) {
             continue; /* held by malloc_trim, which links it back */
         } else if (!s->on_list) {
@@ -365,20 +364,16 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
 }
 
 /* Takes c's kept empty spans off its list down to `keep` (0: every empty
- * span, a fresh one not carved yet too), for free_spans once the lock is
- * dropped.  Kept spans wait last in line: the walk starts at the tail. */
-static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep)
+ * span, a fresh one not carved yet too) onto `empty` (see leave_locked).
+ * Kept spans wait last in line: the walk starts at the tail. */
+static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep, pm_span_t *empty)
 {
-    pm_span_t *empty = NULL;
     for (pm_span_t *s = c->nonempty.prev, *prev; s != &c->nonempty && (!keep || c->kept > keep); s = prev) {
         prev = s->prev;
         if (s->allocated || (keep && !s->carved)) continue;
         unlink_span(s);
         if (s->carved && c->kept) kept_set(c, c->kept - 1);
-        c->spans--;
-        c->span_free -= s->capacity;
-        s->next = empty;
-        empty = s;
+        empty = leave_locked(c, s, empty);
     }
     if (!keep) kept_set(c, 0);
     return empty;
@@ -399,7 +394,7 @@ void pm_central_drain(void)
             return_to_spans_locked(c, cls, c->slots[top], n);
             pm_lock(&c->lock);
         }
-        pm_span_t *empty = c->nonempty.next ? unkeep_locked(c, 0) : NULL;
+        pm_span_t *empty = c->nonempty.next ? unkeep_locked(c, 0, NULL) : NULL;
         pm_unlock(&c->lock);
         free_spans(empty);
     }
@@ -419,7 +414,7 @@ void pm_central_tick(void)
             c->busy = 0;
             c->idle_ticks = 0;
         } else if (++c->idle_ticks >= PM_KEEP_IDLE_TICKS) {
-            empty = unkeep_locked(c, 0);
+            empty = unkeep_locked(c, 0, NULL);
         }
         pm_unlock(&c->lock);
         free_spans(empty);
@@ -457,10 +452,7 @@ static void give_back_locked(pm_central_t *c, pm_span_t **empty)
         s->allocated -= s->held_pin;
         s->trimming = 0;
         if (s->allocated == 0 && empty) {
-            c->spans--;
-            c->span_free -= s->capacity;
-            s->next = *empty;
-            *empty = s;
+            *empty = leave_locked(c, s, *empty);
         } else {
             link_span(c, s, s->allocated <= s->capacity / 4);
         }
