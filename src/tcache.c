@@ -413,7 +413,7 @@ static uint32_t growth(uint32_t max_len, uint32_t batch)
     return max_len * 2 <= batch ? max_len : batch - max_len;
 }
 
-static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
+static PM_NOINLINE void grow_list_slow(pm_tcache_t *t, unsigned cls, uint32_t by)
 {
     pm_tlist_t *l = &t->list[cls];
     t->active[cls] = 1;
@@ -452,6 +452,33 @@ static void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
         }
     }
     set_limit(t, cls, l->max_len + by);
+}
+
+/* Lets list cls hold `by` more objects if the budget allows: the room
+ * there is, or a refusal while the scavenge window lasts, without
+ * grow_list_slow's frame (a thread cycling through the medium classes
+ * sits at its ceiling and is refused on most refills). */
+static inline void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
+{
+    pm_tlist_t *l = &t->list[cls];
+    if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
+    if (!by) {
+        t->active[cls] = 1;
+        return;
+    }
+    size_t bytes = (size_t)by * pm_class_size[cls], budget = atomic_load_explicit(&t->budget, memory_order_relaxed);
+    int small_full = small_class(cls) && t->small_capacity + bytes > MAX_SMALL_BUDGET;
+    if (!small_full && t->capacity + bytes <= budget) {
+        t->active[cls] = 1;
+        set_limit(t, cls, l->max_len + by);
+        return;
+    }
+    if (t->scavenge_skip && (small_full || budget + (bytes > STEP ? bytes : STEP) > MAX_BUDGET)) {
+        t->active[cls] = 1;
+        t->scavenge_skip--;
+        return;
+    }
+    grow_list_slow(t, cls, by);
 }
 
 void pm_tcache_tick(void) { pm_relaxed_add(&tick_epoch, 1); }
