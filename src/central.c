@@ -12,7 +12,8 @@
  * its span, found through the page map; a span whose objects have all come
  * back returns to the page heap, except that a class above 1 KiB keeps
  * up to PM_KEEP_BYTES of such empty spans on its list (see kept_max) until
- * it has been idle for about a second (pm_central_tick) or malloc_trim.
+ * it has been idle for about a second (pm_central_tick) or malloc_trim;
+ * an idle class's slots go back to their floor (park_max) then too.
  * Lock: one per class (pm_central_of(c)->lock).  Must never call the page heap
  * (which may make syscalls) while holding it: new spans are fetched and
  * empty spans returned after the lock is dropped. */
@@ -53,12 +54,18 @@ pm_central_t *pm_central_of(unsigned cls)
  * alike.  Parked objects are memory no other class can use.  A class of
  * up to 1 KiB parks up to 64 KiB: several batches, which is what lets
  * batches move between threads in O(1) (bench/prodcons, larson).  A
- * larger class parks up to 16 KiB, so its batches (up to 64 KiB, and one
- * always parked) go back to their spans: a program touching many medium
- * classes would otherwise hold a few parked objects in each
- * (test_central_partial_slots; bench-real's git log). */
+ * larger class parks up to 16 KiB, or a quarter of the objects it has
+ * out, within 1 MiB (park_limit): a program that keeps many medium
+ * blocks live moves batches of them in O(1) as tcmalloc's transfer cache
+ * does, where walking them into their spans and out again was a third of
+ * bench/mixed -m medium's allocator work; and a class the program has
+ * moved on from, or that is idle, parks 16 KiB again, as one touching many
+ * medium classes would otherwise hold parked objects in each
+ * (test_central_parks_in_proportion, test_central_partial_slots). */
 #define PM_PARK_SMALL ((size_t)64 * 1024)
 #define PM_PARK_LARGE ((size_t)16 * 1024)
+#define PM_PARK_LARGE_CAP ((size_t)1024 * 1024)
+#define PM_PARK_OUT_SHARE 4 /* parked <= out / PM_PARK_OUT_SHARE above PM_PARK_LARGE */
 #define PM_PARK_SMALL_MAX 1024 /* largest class with PM_PARK_SMALL */
 
 /* Empty spans a class above PM_PARK_SMALL_MAX keeps on its list: as many
@@ -120,12 +127,23 @@ static void lock_central(pm_central_t *c, unsigned cls)
     if (PM_LIKELY(c->nonempty.next != NULL)) return;
     c->nonempty.next = c->nonempty.prev = &c->nonempty;
     size_t size = pm_class_size[cls];
+    c->cls = (uint8_t)cls;
     c->park_max = (uint32_t)((size <= PM_PARK_SMALL_MAX ? PM_PARK_SMALL : PM_PARK_LARGE) / size);
-    size_t slots = c->park_max / pm_class_batch[cls];
+    c->park_cap = size <= PM_PARK_SMALL_MAX ? c->park_max : (uint32_t)(PM_PARK_LARGE_CAP / size);
+    size_t slots = c->park_cap / pm_class_batch[cls];
     c->max_slots = (uint32_t)(slots < 1 ? 1 : slots > PM_MAX_SLOTS ? PM_MAX_SLOTS : slots);
     size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
     c->kept_max = size <= PM_PARK_SMALL_MAX ? 0 : span >= PM_KEEP_BYTES ? 1 : (uint32_t)(PM_KEEP_BYTES / span);
     c->kept_cap = size <= PM_PARK_SMALL_MAX ? 0 : (uint32_t)(PM_KEEP_MAX_BYTES / span);
+}
+
+/* How many objects c's slots may hold: park_max, or a quarter of the
+ * objects out, within park_cap.  Under c's lock. */
+static inline uint64_t park_limit(const pm_central_t *c)
+{
+    uint64_t n = c->out / PM_PARK_OUT_SHARE;
+    if (n <= c->park_max) return c->park_max;
+    return n < c->park_cap ? n : c->park_cap;
 }
 
 /* How many empty spans c may keep: as many as it has in use (so a class
@@ -283,9 +301,10 @@ static pm_span_t *leave_locked(pm_central_t *c, pm_span_t *s, pm_span_t *empty)
 
 static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep, pm_span_t *empty);
 
-static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n)
+/* Puts a chain of n objects back into their spans; the spans that leave
+ * the class go on `empty` (see leave_locked), the new head returned. */
+static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n, pm_span_t *empty)
 {
-    pm_span_t *empty = NULL;
     c->span_free += n;
     while (chain) {
         void *o = chain;
@@ -327,8 +346,34 @@ static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, u
             link_span(c, s, 1);
         }
     }
+    return empty;
+}
+
+static void return_to_spans_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n)
+{
+    pm_span_t *empty = home_locked(c, cls, chain, n, NULL);
     pm_unlock(&c->lock);
     free_spans(empty);
+}
+
+/* Sends c's oldest parked chains home until the slots hold at most
+ * `limit` objects; returns the new head of `empty`. */
+static pm_span_t *unpark_locked(pm_central_t *c, unsigned cls, uint64_t limit, pm_span_t *empty)
+{
+    uint32_t gone = 0;
+    while (c->parked > limit && gone < c->nslots) {
+        uint32_t n = c->slot_n[gone];
+        c->parked -= n;
+        empty = home_locked(c, cls, c->slots[gone++], n, empty);
+    }
+    if (gone) {
+        c->nslots -= gone;
+        for (uint32_t i = 0; i < c->nslots; i++) {
+            c->slots[i] = c->slots[i + gone];
+            c->slot_n[i] = c->slot_n[i + gone];
+        }
+    }
+    return empty;
 }
 
 void pm_central_put(unsigned cls, void *chain, uint32_t n)
@@ -344,9 +389,10 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
     c->busy = 1;
     c->out -= n;
     /* a chain of up to a batch parks while the class's parked objects stay
-     * within park_max (a dead thread's one 200 KiB block goes back to the
-     * page heap, not into a slot) */
-    int fits = n <= batch && c->parked + n <= c->park_max;
+     * within park_limit (a dead thread's one 200 KiB block of a class with
+     * few out goes back to the page heap, not into a slot) */
+    uint64_t limit = park_limit(c);
+    int fits = n <= batch && c->parked + n <= limit;
     uint32_t top = c->nslots - 1;
     if (fits && last && c->nslots && c->slot_n[top] + n <= batch) {
         pm_link_set(last, c->slots[top]); /* joins the newest slot */
@@ -356,10 +402,17 @@ void pm_central_put(unsigned cls, void *chain, uint32_t n)
         c->slots[c->nslots] = chain;
         c->slot_n[c->nslots++] = (uint8_t)n;
     } else {
-        return_to_spans_locked(c, cls, chain, n); /* drops the lock */
+        /* fewer out than when these parked: the oldest chains go home too */
+        pm_span_t *empty = c->parked > limit ? unpark_locked(c, cls, limit, NULL) : NULL;
+        empty = home_locked(c, cls, chain, n, empty);
+        pm_unlock(&c->lock);
+        free_spans(empty);
         return;
     }
     c->parked += n;
+    /* parked past the floor: the idle tick looks at this class */
+    if (c->parked > c->park_max && !__atomic_load_n(&c->deep, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->deep, 1, __ATOMIC_RELAXED);
     pm_unlock(&c->lock);
 }
 
@@ -407,7 +460,7 @@ void pm_central_tick(void)
 {
     for (unsigned i = 0; i < pm_relaxed_load(&nassigned); i++) {
         pm_central_t *c = &centrals[i];
-        if (!__atomic_load_n(&c->kept, __ATOMIC_RELAXED)) continue;
+        if (!__atomic_load_n(&c->kept, __ATOMIC_RELAXED) && !__atomic_load_n(&c->deep, __ATOMIC_RELAXED)) continue;
         pm_lock(&c->lock);
         pm_span_t *empty = NULL;
         if (c->busy) {
@@ -415,6 +468,8 @@ void pm_central_tick(void)
             c->idle_ticks = 0;
         } else if (++c->idle_ticks >= PM_KEEP_IDLE_TICKS) {
             empty = unkeep_locked(c, 0, NULL);
+            empty = unpark_locked(c, c->cls, c->park_max, empty);
+            __atomic_store_n(&c->deep, 0, __ATOMIC_RELAXED);
         }
         pm_unlock(&c->lock);
         free_spans(empty);

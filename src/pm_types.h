@@ -121,7 +121,7 @@ typedef struct pm_tcache {
  *          yet returned
  *   Σ over spans of class: allocated == out + parked
  *   parked == Σ slot_n[0..nslots), every slot_n in 1..batch
- *   parked <= park_max, nslots <= max_slots
+ *   parked <= park_cap, nslots <= max_slots
  *   nonempty holds exactly the class's spans with a free or uncarved object
  * A class's struct is set up at its first use (nonempty.next == NULL until
  * then), so classes a program never uses cost no resident memory. */
@@ -131,7 +131,7 @@ typedef struct pm_central {
     pm_lock_t lock;
     pm_span_t nonempty;          /* sentinel of a circular list */
     uint32_t nslots, max_slots;
-    uint32_t park_max;           /* objects the slots may hold (central.c) */
+    uint32_t park_max, park_cap; /* objects the slots may hold, at least and at most (central.c) */
     void *slots[PM_MAX_SLOTS];   /* parked chains (a stack), slot_n[i] objects each */
     uint8_t slot_n[PM_MAX_SLOTS];
     uint64_t parked;             /* objects in the slots */
@@ -143,6 +143,8 @@ typedef struct pm_central {
     uint32_t kept_cap;           /* ... never more than this (central.c keep_limit) */
     uint32_t idle_ticks;         /* ticks without a get or put (central.c) */
     uint8_t busy;                /* a get or put since the last tick */
+    uint8_t deep;                /* parked past park_max since the last idle tick (atomic) */
+    uint8_t cls;                 /* the class */
 } PM_ALIGNED(PM_CACHELINE) pm_central_t;
 
 #endif

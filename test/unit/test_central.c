@@ -508,7 +508,7 @@ static void test_central_keeps_in_proportion(void **state)
     }
     assert_int_equal(c->spans, N);
     for (int i = 0; i < N / 2; i++) pm_central_put(cls, o[i], 1);
-    assert_int_equal(c->kept, N / 2);
+    assert_int_equal(c->kept + c->parked, N / 2); /* a quarter of those out may park */
     assert_int_equal(c->spans, N);
     pm_pageheap_stats_t kept = ph_stats();
     for (int i = 0; i < N / 2; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
@@ -524,6 +524,55 @@ static void test_central_keeps_in_proportion(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
 
+/* A class above 1 KiB parks up to a quarter of the objects it has out
+ * (within 1 MiB), not just 16 KiB: batches of a class with many blocks
+ * live move in O(1).  As objects come home the slots shrink with them,
+ * oldest chains first, and an idle class's slots go back to 16 KiB. */
+static void test_central_parks_in_proportion(void **state)
+{
+    (void)state;
+    enum { K = 24 };
+    unsigned cls = class_of_size(8192);
+    pm_central_t *c = pm_central_of(cls);
+    size_t size = pm_class_size[cls];
+    uint32_t batch = pm_class_batch[cls];
+    void *chains[K];
+    pm_central_drain();
+    pm_pageheap_stats_t before = ph_stats();
+    assert_true((size_t)batch * size > 16 * 1024); /* more than the floor */
+    for (int i = 0; i < K; i++) chains[i] = get_full(cls, batch);
+    assert_int_equal(c->out, (uint64_t)K * batch);
+    /* a quarter of the objects out is room for a whole batch */
+    pm_central_put(cls, chains[0], batch);
+    assert_int_equal(c->parked, batch);
+    assert_int_equal(c->nslots, 1);
+    /* and for more, while as many stay out */
+    pm_central_put(cls, chains[1], batch);
+    assert_int_equal(c->parked, 2 * batch);
+    /* the rest come home: the slots never hold more than the bound, and
+     * end at the floor */
+    for (int i = 2; i < K; i++) {
+        pm_central_put(cls, chains[i], batch);
+        uint64_t bound = c->out / 4 > c->park_max ? c->out / 4 : c->park_max;
+        assert_true(c->parked <= bound);
+    }
+    assert_int_equal(c->out, 0);
+    assert_true(c->parked <= c->park_max);
+    assert_true(c->parked * size <= 16 * 1024);
+
+    /* parked deep, then idle: the tick sends the slots back to the floor */
+    for (int i = 0; i < K; i++) chains[i] = get_full(cls, batch);
+    for (int i = 0; i < K / 4; i++) pm_central_put(cls, chains[i], batch);
+    assert_true(c->parked > c->park_max);
+    for (int i = 0; i < 16 && c->parked > c->park_max; i++) pm_central_tick();
+    assert_true(c->parked <= c->park_max);
+    for (int i = K / 4; i < K; i++) pm_central_put(cls, chains[i], batch);
+    pm_central_drain();
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
 int main(void)
 {
     core_test_init();
@@ -535,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_central_keeps_empty_span),
         cmocka_unit_test(test_central_keeps_in_proportion),
         cmocka_unit_test(test_central_park_cap),
+        cmocka_unit_test(test_central_parks_in_proportion),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("central", central, NULL, NULL);
