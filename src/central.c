@@ -1,7 +1,8 @@
 /* central.c — one free list per size class, shared by all threads.
  * Objects move to and from thread caches in chains of up to a batch, which
  * park in `slots` (a transfer cache: at most 64 KiB per class of up to
- * 1 KiB, 16 KiB per larger class): a put pushes its chain, or joins a
+ * 1 KiB, 16 KiB or a quarter of those out per larger class, see
+ * park_limit): a put pushes its chain, or joins a
  * short one to the newest slot while that stays within a batch; a get of
  * n takes the newest slots whole while they fit and the first objects of
  * the next.  So a batch moves
