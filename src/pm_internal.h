@@ -223,6 +223,9 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
 void pm_tcache_tick(void);                 /* a release tick passed (alloc.c) */
 void pm_tcache_idle_check(pm_tcache_t *t); /* halves lists idle for a second of ticks */
+struct pm_unwind_memo_s;
+/* the thread's stack-walk memo (pm_prof_unwind.h), NULL if it has none */
+struct pm_unwind_memo_s *pm_tcache_memo(pm_tcache_t *t);
 /* Asks every other thread to flush its cache at its next slow path (the
  * OS refused memory: alloc.c reclaim). */
 void pm_tcache_flush_others(void);

@@ -43,6 +43,38 @@ int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
  * here, whose first frames the caller skips as before. */
 int pm_unwind_capture_from(uintptr_t fp, uintptr_t *pcs, int max);
 
+/* A thread's last walks from pm_unwind_capture_from, replayed instead of
+ * walked again when they would read the same words: the same first frame
+ * (PC, stack pointer, %rbp) and every stack word the walk read still
+ * holding what it held (%rbp only if a CFA was computed from the first
+ * frame's: code without frame pointers keeps data there).  A walk is a
+ * function of those alone while every
+ * PC's rule is one of an object never unloaded, so only such walks are
+ * kept, and only up to PM_UNWIND_MEMO_FRAMES frames (a loop's samples
+ * from one call site walk once: test_prof_unwind.c, test_memo_replays). */
+#define PM_UNWIND_MEMO_FRAMES 32
+#define PM_UNWIND_MEMO_WAYS 2
+typedef struct {
+    uintptr_t pc, sp, bp; /* the first frame; pc 0: empty */
+    uintptr_t lo, hi;     /* the walk's bounds */
+    int32_t n, max;       /* pcs stored, for a walk of at most max */
+    uint32_t nslots;      /* stack words read, in the walk's order */
+    uint32_t bp_used;     /* a CFA was the first frame's %rbp plus an offset */
+    uintptr_t pcs[PM_UNWIND_MEMO_FRAMES];
+    uintptr_t addr[2 * PM_UNWIND_MEMO_FRAMES], val[2 * PM_UNWIND_MEMO_FRAMES];
+} pm_unwind_memo_way_t;
+typedef struct pm_unwind_memo_s {
+    pm_unwind_memo_way_t way[PM_UNWIND_MEMO_WAYS];
+    uint32_t victim; /* the way the next new walk replaces */
+} pm_unwind_memo_t;
+
+/* pm_unwind_capture_from with the thread's memo (NULL: none); fp 0 (no
+ * entry record) walks from here, memo and all. */
+int pm_unwind_capture_memo(uintptr_t fp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo);
+
+/* Walks replayed from a memo so far, about (as pm_unwind_slow_lookups). */
+uint64_t pm_unwind_memo_replays(void);
+
 /* How many frames' rules were not found by the PC alone (the loader was
  * asked for their object), about: x86-64 only, for the tests. */
 uint64_t pm_unwind_slow_lookups(void);

@@ -373,13 +373,33 @@ static PM_NOINLINE int step_rule(const pm_cfi_frame_rule_t *rule, frame_t *fr, u
     return PM_STEP_OK;
 }
 
+/* A walk being recorded for the memo (pm_unwind_memo_t): the way it
+ * fills, and whether it can still be replayed. */
+typedef struct {
+    pm_unwind_memo_way_t *w;
+    int ok;
+    int bp_first; /* %rbp still holds the first frame's value */
+} memo_rec_t;
+
+PM_INLINE void memo_note(memo_rec_t *m, uintptr_t addr, uintptr_t val)
+{
+    if (m->w->nslots < 2 * PM_UNWIND_MEMO_FRAMES) {
+        m->w->addr[m->w->nslots] = addr;
+        m->w->val[m->w->nslots++] = val;
+    } else {
+        m->ok = 0;
+    }
+}
+
 /* Replaces fr by its caller's registers.  fr->pc is a return address, so
  * the row for the call instruction (pc - 1) is the one in effect.  The
- * packed rule is applied as it is (the same steps as step_rule). */
-PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c, uint64_t *touched)
+ * packed rule is applied as it is (the same steps as step_rule).  With m,
+ * notes the stack words it reads, and whether the rule is one for good. */
+PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c, uint64_t *touched, memo_rec_t *m)
 {
     pm_cfi_frame_rule_t rule;
     uint64_t d = find_rule(fr->pc - 1, c, &rule, touched);
+    if (m && !(d & PM_ST_STAY)) m->ok = 0; /* also d == 0: an unpacked rule */
     if (PM_UNLIKELY(!d)) {
         frame_t f = *fr; /* so that the walk's frame can stay in registers */
         int result = step_rule(&rule, &f, lo, hi);
@@ -389,17 +409,27 @@ PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c,
     int result = (int)((d >> 1) & 3);
     if (result != PM_STEP_OK) return result;
     uintptr_t cfa = ((d >> 3) & 1 ? fr->bp : fr->sp) + (uintptr_t)((d >> 24) & UINT32_MAX);
+    if (m && ((d >> 3) & 1) && m->bp_first) m->w->bp_used = 1;
     if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return PM_STEP_FAIL;
     /* the slots are aligned as the CFA is, and hi - lo >= 16 */
     uintptr_t at = cfa - 8 * (uintptr_t)((d >> 8) & 0xff), bp = 0;
     if (at - lo > hi - 8 - lo) return PM_STEP_FAIL;
     uintptr_t ra = load_slot(at);
+    if (m) memo_note(m, at, ra);
     switch ((d >> 4) & 3) {
     case 1: /* saved at an offset: unknown if out of bounds */
         at = cfa - 8 * (uintptr_t)((d >> 16) & 0xff);
-        if (at - lo <= hi - 8 - lo) bp = load_slot(at);
+        if (at - lo <= hi - 8 - lo) {
+            bp = load_slot(at);
+            if (m) memo_note(m, at, bp);
+        } else if (m) {
+            m->ok = 0; /* depends on lo */
+        }
+        if (m) m->bp_first = 0;
         break;
-    case 2: break; /* undefined */
+    case 2: /* undefined */
+        if (m) m->bp_first = 0;
+        break;
     default: bp = fr->bp; break; /* same value */
     }
     if (ra < 4096) return PM_STEP_END;
@@ -409,8 +439,51 @@ PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c,
     return PM_STEP_OK;
 }
 
-static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip)
+/* Replays so far: for the tests, counted as slow_lookups is. */
+static _Atomic uint64_t memo_replays;
+
+uint64_t pm_unwind_memo_replays(void) { return pm_relaxed_load(&memo_replays); }
+
+/* The memo's walk from fr, if one would read what it read: its words are
+ * read in the walk's order and the first that differs ends the look, so
+ * no word is read that the walk itself would not read (bounds: the same
+ * top, a bottom no higher).  Returns the pcs stored, or -1. */
+static int memo_replay(const pm_unwind_memo_t *memo, const frame_t *fr, uintptr_t lo, uintptr_t hi,
+                       uintptr_t *pcs, int max)
 {
+    for (unsigned i = 0; i < PM_UNWIND_MEMO_WAYS; i++) {
+        const pm_unwind_memo_way_t *w = &memo->way[i];
+        if (w->pc != fr->pc || w->sp != fr->sp || (w->bp_used && w->bp != fr->bp) || w->max != max ||
+            w->hi != hi || lo > w->lo)
+            continue;
+        uint32_t k = 0;
+        while (k < w->nslots && load_slot(w->addr[k]) == w->val[k]) k++;
+        if (k < w->nslots) continue;
+        for (int j = 0; j < w->n; j++) pcs[j] = w->pcs[j];
+        pm_relaxed_store(&memo_replays, pm_relaxed_load(&memo_replays) + 1);
+        return w->n;
+    }
+    return -1;
+}
+
+/* With memo (and skip 0), a walk the memo holds is replayed, and a new one
+ * that can be replayed replaces its victim way. */
+static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip,
+                      pm_unwind_memo_t *memo)
+{
+    memo_rec_t rec = {NULL, 0, 0}, *m = NULL;
+    if (memo && !skip) {
+        int n = memo_replay(memo, &fr, lo, hi, pcs, max);
+        if (n >= 0) return n;
+        rec.w = &memo->way[memo->victim];
+        rec.w->pc = 0; /* empty until the walk is done */
+        rec.w->nslots = 0;
+        rec.w->bp_used = 0;
+        rec.ok = 1;
+        rec.bp_first = 1;
+        m = &rec;
+    }
+    frame_t first = fr;
     int n = 0;
     uint64_t touched = 0;
     cache_ref_t c = cache_now();
@@ -420,15 +493,30 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
         else
             pcs[n++] = fr.pc;
         if (n == max) break;
-        int step = step_dwarf(&fr, lo, hi, c, &touched);
+        int step = step_dwarf(&fr, lo, hi, c, &touched, m);
         if (step != PM_STEP_OK) {
             /* no rule for pc (outermost frames end with PM_STEP_END instead):
              * maybe Go's asmcgocall, whose callers are on a goroutine stack */
-            if (step == PM_STEP_FAIL && !skip) n += pm_unwind_go_continue(fr.pc, fr.sp, fr.bp, pcs + n, max - n);
+            if (step == PM_STEP_FAIL) {
+                rec.ok = 0;
+                if (!skip) n += pm_unwind_go_continue(fr.pc, fr.sp, fr.bp, pcs + n, max - n);
+            }
             break;
         }
     }
     pm_objects_give_back(touched);
+    if (m && rec.ok && n <= PM_UNWIND_MEMO_FRAMES) {
+        pm_unwind_memo_way_t *w = rec.w;
+        for (int j = 0; j < n; j++) w->pcs[j] = pcs[j];
+        w->n = n;
+        w->max = max;
+        w->lo = lo;
+        w->hi = hi;
+        w->sp = first.sp;
+        w->bp = first.bp;
+        w->pc = first.pc;
+        memo->victim = (memo->victim + 1) % PM_UNWIND_MEMO_WAYS;
+    }
     return n;
 }
 
@@ -459,7 +547,7 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
 #if defined(__x86_64__)
     if (pm_objects_dwarf_ready()) {
         frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
-        if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) return walk_dwarf(fr, fp, hi, pcs, max, skip);
+        if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) return walk_dwarf(fr, fp, hi, pcs, max, skip, NULL);
         /* the frame-pointer walk: through the allocator's own frames by
          * their unwind tables, then along %rbp from its caller's frame */
         uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
@@ -472,7 +560,7 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
                 skip--;
             else
                 pcs[n++] = fr.pc;
-            if (n == max || (step = step_dwarf(&fr, fp, hi, c, &touched)) != PM_STEP_OK) break;
+            if (n == max || (step = step_dwarf(&fr, fp, hi, c, &touched, NULL)) != PM_STEP_OK) break;
         }
         pm_objects_give_back(touched);
         if (n == max || step != PM_STEP_OK) return n;
@@ -502,6 +590,13 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
 
 PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int max)
 {
+    int n = pm_unwind_capture_memo(efp, pcs, max, NULL);
+    __asm__ volatile("" : "+r"(n) : : "memory");
+    return n;
+}
+
+PM_CAPTURE_ATTR int pm_unwind_capture_memo(uintptr_t efp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo)
+{
 #if defined(__x86_64__)
     if (max <= 0) return 0;
     uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
@@ -512,7 +607,7 @@ PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int ma
         if (fr.pc >= 4096 && (fr.pc < own_lo || fr.pc >= own_hi)) {
             int n;
             if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) {
-                n = walk_dwarf(fr, fp, hi, pcs, max, 0);
+                n = walk_dwarf(fr, fp, hi, pcs, max, 0, memo);
             } else {
                 pcs[0] = fr.pc;
                 n = 1 + (max > 1 ? walk_fp(fr.bp, fr.sp, hi, pcs + 1, max - 1, 0) : 0);
@@ -521,8 +616,18 @@ PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int ma
             return n;
         }
     }
+    /* the whole walk, from this frame's record, with the memo too (realloc,
+     * calloc and the aligned family, whose samples pass no entry record) */
+    if (memo && pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF && pm_objects_dwarf_ready() &&
+        slot_ok(fp, fp, hi) && slot_ok(fp + 8, fp, hi)) {
+        frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
+        int n = walk_dwarf(fr, fp, hi, pcs, max, 0, memo);
+        __asm__ volatile("" : "+r"(n) : : "memory");
+        return n;
+    }
 #endif
     (void)efp;
+    (void)memo;
     int n = pm_unwind_capture(pcs, max, 0);
     __asm__ volatile("" : "+r"(n) : : "memory");
     return n;

@@ -16,6 +16,7 @@
  * Lock: reg_lock guards the registry of live caches and stealing; the
  * lists themselves belong to their thread and need no lock. */
 #include "pm_internal.h"
+#include "pm_prof_unwind.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -66,6 +67,9 @@ typedef struct pm_treg {
     pthread_mutex_t alive;
     pm_tcache_t *t;
     struct pm_treg *next, *prev;
+    /* the thread's last stack walks (prof_unwind.c), here rather than in
+     * its TLS, where every thread would carry them */
+    pm_unwind_memo_t memo;
 } pm_treg_t;
 
 static pm_lock_t reg_lock = PM_LOCK_INIT;
@@ -179,8 +183,11 @@ static void node_claim(pm_treg_t *n, pm_tcache_t *t)
     pthread_mutexattr_destroy(&a);
     pthread_mutex_lock(&n->alive);
     n->t = t;
+    for (unsigned i = 0; i < PM_UNWIND_MEMO_WAYS; i++) n->memo.way[i].pc = 0;
     t->reg = n;
 }
+
+pm_unwind_memo_t *pm_tcache_memo(pm_tcache_t *t) { return t->reg ? &t->reg->memo : NULL; }
 
 /* A thread's first slow path: it samples from now on, and caches nothing
  * for its first PM_THREAD_NEW_OPS operations.  A thread whose first

@@ -70,6 +70,9 @@ RANGE(st_reload_cb)
 RANGE(st_reload_caller)
 RANGE(st_entry)
 RANGE(st_entry_caller)
+RANGE(st_memo_mid)
+RANGE(st_memo_a)
+RANGE(st_memo_b)
 
 static volatile int sink;
 
@@ -209,6 +212,119 @@ static void test_capture_from_entry_frame(void **state)
         assert_int_equal(seen, 1);
     }
     pm_unwind_set_mode(PM_UNWIND_DWARF);
+}
+
+/* The memo: a walk from the same first frame whose words are all the
+ * same is replayed; one whose caller above differs (same first frame,
+ * same stack pointer) is walked again and gives its own frames. */
+FN_IN(st_entry) static int memo_entry(uintptr_t *pcs, pm_unwind_memo_t *memo)
+{
+    int n = pm_unwind_capture_memo((uintptr_t)__builtin_frame_address(0), pcs, MAXF, memo);
+    sink++;
+    return n;
+}
+
+FN_IN(st_memo_mid) static int memo_mid(uintptr_t *pcs, pm_unwind_memo_t *memo)
+{
+    int n = memo_entry(pcs, memo);
+    sink++;
+    return n;
+}
+
+/* two callers alike but for their addresses: memo_mid's frame, and so the
+ * walk's first frame, sits at the same stack pointer under either */
+FN_IN(st_memo_a) static int memo_a(uintptr_t *pcs, pm_unwind_memo_t *memo)
+{
+    int n = memo_mid(pcs, memo);
+    sink++;
+    return n;
+}
+
+FN_IN(st_memo_b) static int memo_b(uintptr_t *pcs, pm_unwind_memo_t *memo)
+{
+    int n = memo_mid(pcs, memo);
+    sink++;
+    return n;
+}
+
+static __attribute__((noinline)) int memo_via(int (*f)(uintptr_t *, pm_unwind_memo_t *), uintptr_t *pcs,
+                                              pm_unwind_memo_t *memo)
+{
+    int n = f(pcs, memo);
+    sink++;
+    return n;
+}
+
+/* Walks from one call site: calls[i] (memo_a or memo_b) into out[i], the
+ * replays of each into rep[i]; before the last, the memo way that holds
+ * memo_b's walk gets its first word wrong. */
+enum { MEMO_CALLS = 6 };
+static void memo_run(int (*const *calls)(uintptr_t *, pm_unwind_memo_t *), pm_unwind_memo_t *memo,
+                     uintptr_t (*out)[MAXF], int *n, uint64_t *rep, uintptr_t b_ra)
+{
+    for (int i = 0; i < MEMO_CALLS; i++) {
+        if (i == MEMO_CALLS - 1 && b_ra) {
+            pm_unwind_memo_way_t *w = memo->way[0].val[0] == b_ra ? &memo->way[0] : &memo->way[1];
+            w->val[0] ^= 16;
+        }
+        uint64_t before = pm_unwind_memo_replays();
+        n[i] = memo_via(calls[i], out[i], memo);
+        rep[i] = pm_unwind_memo_replays() - before;
+    }
+}
+
+static int (*const memo_calls[MEMO_CALLS])(uintptr_t *, pm_unwind_memo_t *) = {memo_a, memo_a, memo_b,
+                                                                                memo_b, memo_a, memo_b};
+
+/* In a child: the start-up objects listed, so their rules are for good. */
+static void memo_child(void *arg)
+{
+    (void)arg;
+    pm_objects_pin_loaded();
+    static pm_unwind_memo_t memo;
+    static uintptr_t out[MEMO_CALLS][MAXF], ref[MAXF];
+    int n[MEMO_CALLS];
+    uint64_t rep[MEMO_CALLS];
+    /* a first run finds memo_b's return address, for the tamper */
+    memo_run(memo_calls, &memo, out, n, rep, 0);
+    uintptr_t b_ra = out[2][1];
+    memset(&memo, 0, sizeof memo);
+    memo_run(memo_calls, &memo, out, n, rep, b_ra);
+    const uint64_t want[MEMO_CALLS] = {0, 1, 0, 1, 1, 0};
+    for (int i = 0; i < MEMO_CALLS; i++) {
+        if (rep[i] != want[i]) _exit(10 + i);
+        int b = memo_calls[i] == memo_b;
+        if (n[i] != n[0] || n[i] < 4 || !in_st_memo_mid(out[i][0])) _exit(20 + i);
+        if (!(b ? in_st_memo_b(out[i][1]) : in_st_memo_a(out[i][1]))) _exit(30 + i);
+        /* the same frames as the first walk of that caller */
+        if (memcmp(out[i], out[b ? 2 : 0], (size_t)n[i] * sizeof out[0][0]) != 0) _exit(40 + i);
+    }
+    /* one first frame for both callers: the words above told them apart */
+    if (memo.way[0].pc != memo.way[1].pc || memo.way[0].sp != memo.way[1].sp) _exit(50);
+    /* the walk without a memo agrees (called here, not from memo_run) */
+    if (memo_via(memo_b, ref, NULL) != n[2] - 1 || memcmp(ref, out[2], 3 * sizeof ref[0]) != 0) _exit(51);
+    _exit(0);
+}
+
+static void expect_child_passes(void (*fn)(void *), void *arg);
+
+static void test_memo_replays(void **state)
+{
+    (void)state;
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
+    /* objects not listed (rules that a reload could change): never kept */
+    static pm_unwind_memo_t memo;
+    static uintptr_t out[MEMO_CALLS][MAXF];
+    int n[MEMO_CALLS];
+    uint64_t rep[MEMO_CALLS];
+    memo_run(memo_calls, &memo, out, n, rep, 0);
+    for (int i = 0; i < MEMO_CALLS; i++) {
+        assert_int_equal(rep[i], 0);
+        assert_int_equal(n[i], n[0]);
+    }
+    assert_memory_equal(out[0], out[1], (size_t)n[0] * sizeof out[0][0]);
+    assert_true(in_st_memo_b(out[2][1]));
+    expect_child_passes(memo_child, NULL);
 }
 
 static void test_deep_recursion(void **state)
@@ -1120,6 +1236,7 @@ int main(void)
         cmocka_unit_test(test_fp_chain),
         cmocka_unit_test(test_skip_and_max),
         cmocka_unit_test(test_capture_from_entry_frame),
+        cmocka_unit_test(test_memo_replays),
         cmocka_unit_test(test_deep_recursion),
         cmocka_unit_test(test_matches_backtrace),
         cmocka_unit_test(test_through_libc),
