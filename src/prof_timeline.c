@@ -37,11 +37,12 @@ static struct {
     char *path;                    /* expanded, PATH_CAP; then scratch */
     char *block;                   /* BLOCK_CAP of formatting room */
     /* local peak: the highest live bytes since the last peak written, and
-     * the top sites at the record that saw it */
+     * the top sites at the record that saw it; while pk_falling (after a
+     * peak's fall, before the next rise), pk_max is the lowest instead */
     uint64_t pk_max, pk_t, pk_rec; /* pk_rec: pk_max as of the last record */
     uint64_t pk_written;           /* t_ms of the last peak block */
     _Atomic uint64_t capture_at;   /* live bytes at which the sites are captured next */
-    int pk_have;
+    int pk_have, pk_falling;
     top_site_t pk_sites[SITES_MAX];
     size_t pk_n;
     int failed;
@@ -263,6 +264,17 @@ static void write_peak(void)
     tl.pk_have = 0;
 }
 
+/* After a peak's fall, down to `low` so far: the next peak needs a rise
+ * from the lowest point as large as a capture's step, so a blip during the
+ * fall is not a second peak, and a second rise lower than where the first
+ * peak was written is one (test_timeline_one_peak_per_fall). */
+static void falling(uint64_t low)
+{
+    tl.pk_falling = 1;
+    tl.pk_max = low;
+    atomic_store_explicit(&tl.capture_at, low + low / 20 + CAPTURE_STEP, memory_order_relaxed);
+}
+
 /* One interval record, and the peak bookkeeping; `busy` held. */
 static void record(uint64_t now, int at_exit)
 {
@@ -270,7 +282,7 @@ static void record(uint64_t now, int at_exit)
         int child = tl.fd >= 0;
         if (child) pm_os_close(tl.fd);
         tl.fd = -1;
-        tl.pk_have = 0;
+        tl.pk_have = tl.pk_falling = 0;
         tl.pk_max = tl.pk_rec = tl.pk_written = 0;
         atomic_store(&tl.capture_at, 0);
         if (tl.failed || start_file(!child) != 0) {
@@ -323,27 +335,32 @@ static void record(uint64_t now, int at_exit)
     /* a local peak: a maximum followed by a fall of 10 %; in an interval
      * that raised the maximum, only the fall to `live` is known to come
      * after it (test_timeline_shape_and_peaks).  Its sites were captured
-     * on the way up (pm_timeline_tick), unless none were */
-    if (hi > tl.pk_max) tl.pk_max = hi;
-    int raised = tl.pk_max > tl.pk_rec; /* the maximum rose in this interval */
-    if (raised && !tl.pk_have) {
+     * on the way up (pm_timeline_tick), unless none were: then a rise as
+     * far as the next capture starts a peak here */
+    if (!tl.pk_have && hi >= pm_relaxed_load(&tl.capture_at) && hi > tl.pk_max) {
         tl.pk_t = t;
         capture();
         tl.pk_have = 1;
     }
+    if (tl.pk_have && hi > tl.pk_max) tl.pk_max = hi;
+    int raised = tl.pk_max > tl.pk_rec; /* the maximum rose in this interval */
     emit(line, b.len);
     uint64_t fall = raised || live < lo ? live : lo;
     if (tl.pk_have && (fall <= tl.pk_max - tl.pk_max / 10 || at_exit)) {
         write_peak();
-        tl.pk_max = live; /* the next peak is a rise from here */
-        atomic_store_explicit(&tl.capture_at, live + live / 20 + CAPTURE_STEP, memory_order_relaxed);
+        falling(fall);
         tl.pk_written = t;
+    } else if (!tl.pk_have && tl.pk_falling) {
+        if (lo < tl.pk_max) falling(lo);
+    } else if (!tl.pk_have && tl.pk_max && fall <= tl.pk_max - tl.pk_max / 10) {
+        falling(fall); /* the fall after a peak written while rising */
     } else if (tl.pk_have && pm_options.timeline_peak_seconds &&
                t >= tl.pk_written + pm_options.timeline_peak_seconds * 1000) {
         /* a rise without a fall (a leak) still shows its sites this often:
          * the highest so far, the next from the next 5 % up
          * (test_timeline_sites_while_rising) */
         write_peak();
+        tl.pk_falling = 0;
         tl.pk_written = t;
     }
     tl.pk_rec = tl.pk_max;

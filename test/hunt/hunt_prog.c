@@ -195,6 +195,27 @@ int main(int argc, char **argv)
         churn_site(4096);
         return 0;
     }
+    if (!strcmp(mode, "zigzag")) { /* 8 MB, a fall with a blip in it, 0, then 4 MB: two peaks */
+        const size_t MB = 1 << 20;
+        void *a = malloc(6 * MB), *b = malloc(MB), *c = malloc(MB);
+        free(c); /* 7 MB, 12.5 % under the top: the record after the nap writes the 8 MB peak */
+        nap_ms(60);
+        free(malloc(64));
+        free(malloc(256 << 10)); /* a blip above that record, well under a 5 % rise */
+        free(b);                 /* 6 MB, 14 % under the blip: the same fall, no peak */
+        nap_ms(60);
+        free(malloc(64));
+        free(a); /* the trough */
+        nap_ms(60);
+        free(malloc(64));
+        void *d = malloc(4 * MB); /* lower than where the first peak was written */
+        nap_ms(60);
+        free(malloc(64));
+        free(d);
+        nap_ms(60);
+        free(malloc(64));
+        return 0;
+    }
     if (!strcmp(mode, "grow-forever")) { /* for SIGKILL */
         for (int i = 0;; i++) {
             sink = malloc(4096);

@@ -437,6 +437,33 @@ static void test_timeline_shape_and_peaks(void **state)
     assert_int_equal(v[n - 1].kind, 'Z');
 }
 
+/* One peak per fall, and a peak after each rise from the trough: a blip
+ * during a fall above the live bytes of the record that wrote the peak is
+ * not a second peak, and a second rise lower than the first peak's record
+ * is one (the zigzag mode makes records at known points by napping). */
+static void test_timeline_one_peak_per_fall(void **state)
+{
+    (void)state;
+    clean_work();
+    const char *env[] = {"PROFMALLOC_SAMPLE_RATE=1", "PROFMALLOC_TIMELINE=zz.tl", "PROFMALLOC_TIMELINE_INTERVAL=20",
+                         NULL};
+    const char *args[] = {"zigzag", NULL};
+    assert_int_equal(run(env, args, NULL, 0), 0);
+    static profmalloc_timeline_point_t v[10000];
+    long n = read_timeline(in_work("zz.tl"), v, 10000);
+    const uint64_t MB = 1 << 20, want[2] = {8 * MB, 4 * MB};
+    int peaks = 0;
+    for (long i = 0; i < n; i++) {
+        if (v[i].kind != 'P') continue;
+        if (peaks < 2 && !(v[i].live >= want[peaks] && v[i].live < want[peaks] + 64 * 1024))
+            fail_msg("peak %d: %llu bytes, not about %llu", peaks, (unsigned long long)v[i].live,
+                     (unsigned long long)want[peaks]);
+        peaks++;
+    }
+    assert_int_equal(peaks, 2);
+    assert_int_equal(v[n - 1].kind, 'Z');
+}
+
 static void test_timeline_survives_sigkill(void **state)
 {
     (void)state;
@@ -852,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_gperftools_api),
         cmocka_unit_test(test_heapprofile_numbered_files),
         cmocka_unit_test(test_timeline_shape_and_peaks),
+        cmocka_unit_test(test_timeline_one_peak_per_fall),
         cmocka_unit_test(test_timeline_survives_sigkill),
         cmocka_unit_test(test_timeline_rotates),
         cmocka_unit_test(test_timeline_in_forked_child),
