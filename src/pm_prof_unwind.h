@@ -35,14 +35,6 @@ int pm_unwind_get_mode(void);
  * unwind info, at a signal frame, or when the stack looks corrupt. */
 int pm_unwind_capture(uintptr_t *pcs, int max, int skip);
 
-/* As pm_unwind_capture, from the frame record at fp (a caller's, further
- * up this stack, built by __builtin_frame_address(0)): pcs[0] is the
- * return address it holds.  A record outside the stack, or one whose
- * return address is in the allocator's own code (its function was called,
- * not tail-called, from inside the allocator), gives the whole walk from
- * here, whose first frames the caller skips as before. */
-int pm_unwind_capture_from(uintptr_t fp, uintptr_t *pcs, int max);
-
 /* A thread's last walks from pm_unwind_capture_from, replayed instead of
  * walked again when they would read the same words: the same first frame
  * (PC, stack pointer, %rbp) and every stack word the walk read still
@@ -68,9 +60,15 @@ typedef struct pm_unwind_memo_s {
     uint32_t victim; /* the way the next new walk replaces */
 } pm_unwind_memo_t;
 
-/* pm_unwind_capture_from with the thread's memo (NULL: none); fp 0 (no
- * entry record) walks from here, memo and all. */
-int pm_unwind_capture_memo(uintptr_t fp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo);
+/* As pm_unwind_capture, from the frame record at fp (a caller's, further
+ * up this stack, built by __builtin_frame_address(0)): pcs[0] is the
+ * return address it holds.  A record outside the stack, or one whose
+ * return address is in the allocator's own code (its function was called,
+ * not tail-called, from inside the allocator), gives the whole walk from
+ * here, whose first frames the caller skips as before; so does fp 0.
+ * With memo (the thread's, or NULL), a DWARF walk is replayed from it or
+ * kept in it. */
+int pm_unwind_capture_from(uintptr_t fp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo);
 
 /* Walks replayed from a memo so far, about (as pm_unwind_slow_lookups). */
 uint64_t pm_unwind_memo_replays(void);

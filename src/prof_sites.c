@@ -598,7 +598,7 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
     t->in_profiler = 1;
     int saved_errno = errno;
     uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
-    int n = pm_unwind_capture_memo(entry, raw, PM_STACK_MAX + STACK_EXTRA, pm_tcache_memo(t));
+    int n = pm_unwind_capture_from(entry, raw, PM_STACK_MAX + STACK_EXTRA, pm_tcache_memo(t));
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);

@@ -588,25 +588,23 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
 #endif
 }
 
-PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int max)
-{
-    int n = pm_unwind_capture_memo(efp, pcs, max, NULL);
-    __asm__ volatile("" : "+r"(n) : : "memory");
-    return n;
-}
-
-PM_CAPTURE_ATTR int pm_unwind_capture_memo(uintptr_t efp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo)
+PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo)
 {
 #if defined(__x86_64__)
     if (max <= 0) return 0;
     uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
     uintptr_t hi = stack_top(fp);
-    if (efp > fp && pm_objects_dwarf_ready() && slot_ok(efp, fp, hi) && slot_ok(efp + 8, fp, hi)) {
+    /* no entry record (realloc, calloc, the aligned family): the DWARF
+     * walk from this frame's own record, memo and all */
+    int entry = efp > fp;
+    if (!entry) efp = fp;
+    if (pm_objects_dwarf_ready() && slot_ok(efp, fp, hi) && slot_ok(efp + 8, fp, hi)) {
         frame_t fr = {load_slot(efp + 8), efp + 16, load_slot(efp)};
         uintptr_t own_lo = pm_relaxed_load(&own_code_lo), own_hi = pm_relaxed_load(&own_code_hi);
-        if (fr.pc >= 4096 && (fr.pc < own_lo || fr.pc >= own_hi)) {
+        int dwarf = pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF;
+        if (!entry ? dwarf : fr.pc >= 4096 && (fr.pc < own_lo || fr.pc >= own_hi)) {
             int n;
-            if (pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF) {
+            if (dwarf) {
                 n = walk_dwarf(fr, fp, hi, pcs, max, 0, memo);
             } else {
                 pcs[0] = fr.pc;
@@ -615,15 +613,6 @@ PM_CAPTURE_ATTR int pm_unwind_capture_memo(uintptr_t efp, uintptr_t *pcs, int ma
             __asm__ volatile("" : "+r"(n) : : "memory");
             return n;
         }
-    }
-    /* the whole walk, from this frame's record, with the memo too (realloc,
-     * calloc and the aligned family, whose samples pass no entry record) */
-    if (memo && pm_relaxed_load(&unwind_mode) == PM_UNWIND_DWARF && pm_objects_dwarf_ready() &&
-        slot_ok(fp, fp, hi) && slot_ok(fp + 8, fp, hi)) {
-        frame_t fr = {load_slot(fp + 8), fp + 16, load_slot(fp)};
-        int n = walk_dwarf(fr, fp, hi, pcs, max, 0, memo);
-        __asm__ volatile("" : "+r"(n) : : "memory");
-        return n;
     }
 #endif
     (void)efp;

@@ -179,7 +179,7 @@ static void test_skip_and_max(void **state)
 FN_IN(st_entry) static int entry_walks(uintptr_t *from, int *nfrom, uintptr_t *all, int max, uintptr_t bogus)
 {
     uintptr_t fp = bogus ? bogus : (uintptr_t)__builtin_frame_address(0);
-    *nfrom = pm_unwind_capture_from(fp, from, max);
+    *nfrom = pm_unwind_capture_from(fp, from, max, NULL);
     int n = pm_unwind_capture(all, max, 0);
     sink++;
     return n;
@@ -219,7 +219,7 @@ static void test_capture_from_entry_frame(void **state)
  * same stack pointer) is walked again and gives its own frames. */
 FN_IN(st_entry) static int memo_entry(uintptr_t *pcs, pm_unwind_memo_t *memo)
 {
-    int n = pm_unwind_capture_memo((uintptr_t)__builtin_frame_address(0), pcs, MAXF, memo);
+    int n = pm_unwind_capture_from((uintptr_t)__builtin_frame_address(0), pcs, MAXF, memo);
     sink++;
     return n;
 }
