@@ -158,18 +158,39 @@ static pm_span_t *owner_for(const void *p, const char *what)
 
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
+/* The class of the small block at p, by its page's info as free's fast
+ * path finds it; 0 if p is not the start of an object on an unflagged
+ * small-object page. */
+static unsigned small_class_at(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
+    pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
+    if (!leaf) return 0;
+    unsigned info = __atomic_load_n(&leaf->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+    uint64_t magic = pm_free_magic[info & 0xff];
+    uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
+    return offset * magic < magic ? info & 0xff : 0;
+}
+
 void pm_free_slow(void *p)
 {
     if (!p) return;
-    pm_span_t *s = owner(p);
-    /* its key: free already, in some list (pm_internal.h) */
-    if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
-    if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
-    if (s->cls == 0) {
-        pm_large_free(s, 0);
-        return;
+    /* a block the fast path would have taken but for a full list: its
+     * page says all, its span's line is left alone (the debug build
+     * checks the span: test_debug) */
+    unsigned cls = pm_config_debug ? 0 : small_class_at(p);
+    if (!cls) {
+        pm_span_t *s = owner(p);
+        cls = s->cls;
+        if (PM_UNLIKELY(cls && pm_key_is_set(p))) pm_guard_double_free("free()", p);
+        if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
+        if (cls == 0) {
+            pm_large_free(s, 0);
+            return;
+        }
+    } else if (PM_UNLIKELY(pm_key_is_set(p))) { /* free already, in some list (pm_internal.h) */
+        pm_guard_double_free("free()", p);
     }
-    unsigned cls = s->cls;
     pm_tcache_t *t = pm_alloc_thread_cache();
     if (t->state != PM_THREAD_ACTIVE) { /* NEW or DEAD: uncached */
         pm_link_set(p, NULL);
@@ -233,6 +254,11 @@ void *pm_realloc(void *p, size_t size)
         return NULL;
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
+    /* A small block that keeps its class is found without its span, whose
+     * line a program growing many strings misses on nearly every call
+     * (test_alloc: test_realloc_in_place_by_page_info). */
+    unsigned cls = small_class_at(p);
+    if (cls && size <= pm_class_size[cls] && size >= pm_class_size[cls] / 2 && !pm_key_is_set(p)) return p;
     pm_span_t *s = owner_for(p, "realloc(): invalid pointer");
     if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("realloc()", p);
     size_t old = span_usable(s);

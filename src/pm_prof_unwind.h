@@ -52,12 +52,14 @@ typedef struct {
     int32_t n, max;       /* pcs stored, for a walk of at most max */
     uint32_t nslots;      /* stack words read, in the walk's order */
     uint32_t bp_used;     /* a CFA was the first frame's %rbp plus an offset */
+    const void *site;     /* the caller's for these pcs (prof_sites.c: their stack), NULL when new */
     uintptr_t pcs[PM_UNWIND_MEMO_FRAMES];
     uintptr_t addr[2 * PM_UNWIND_MEMO_FRAMES], val[2 * PM_UNWIND_MEMO_FRAMES];
 } pm_unwind_memo_way_t;
 typedef struct pm_unwind_memo_s {
     pm_unwind_memo_way_t way[PM_UNWIND_MEMO_WAYS];
     uint32_t victim; /* the way the next new walk replaces */
+    int32_t last;    /* the way that gave or kept the last capture's pcs, or -1 */
 } pm_unwind_memo_t;
 
 /* As pm_unwind_capture, from the frame record at fp (a caller's, further

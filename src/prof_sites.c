@@ -31,11 +31,17 @@ typedef struct table {
     uint64_t nheads, count;
 } table_t;
 
-/* A call stack, interned: buckets of many sizes share it. */
+/* A call stack, interned: buckets of many sizes share it.  Once its exact
+ * sizes are all taken, a size not among them finds its group's bucket by
+ * two loads (exact_bits, groups), without hashing: a site of many sizes
+ * would otherwise look each sample up twice. */
+struct bucket;
 typedef struct stack {
     node_t node;
     uint32_t depth;
-    uint32_t nsizes;              /* exact-size buckets, under prof.lock */
+    _Atomic uint32_t nsizes;      /* exact-size buckets: written under prof.lock */
+    _Atomic uint64_t exact_bits;  /* size_bit() of each, set before nsizes counts it */
+    struct bucket *_Atomic *groups; /* by a group key's k, once the stack has one */
     uintptr_t pcs[];              /* depth return addresses, leaf first */
 } stack_t;
 
@@ -86,7 +92,9 @@ typedef struct slab {
 #define SLAB_FIRST ((sizeof(slab_t) + sizeof(record_t) - 1) / sizeof(record_t))
 #define SLAB_RECORDS (SLAB_BYTES / sizeof(record_t) - SLAB_FIRST)
 #define ARENA_CHUNK ((size_t)64 * 1024)
-#define ARENA_NEED (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + 32)
+#define GROUP_KEYS 64
+#define ARENA_NEED                                                                                                     \
+    (sizeof(stack_t) + PM_STACK_MAX * sizeof(uintptr_t) + sizeof(bucket_t) + GROUP_KEYS * sizeof(bucket_t *) + 48)
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
 #define FIRST_HEADS 8 /* 64 bytes: most of the 16 shards hold a few records */
 
@@ -464,8 +472,8 @@ static int same_site(const bucket_t *b, uint64_t bh, const stack_t *st, const ui
 }
 
 /* The stack of the last sample (any thread's): a loop's samples share
- * one, found here without hashing it.  Stacks are never freed or changed
- * but for nsizes, which is not read through it. */
+ * one, found here without hashing it.  Stacks are never freed, and only
+ * their atomic fields change. */
 static const stack_t *_Atomic last_stack;
 
 static const stack_t *stack_seen(const uintptr_t *pcs, uint32_t depth)
@@ -481,6 +489,20 @@ static const stack_t *stack_seen(const uintptr_t *pcs, uint32_t depth)
 static uint64_t group_key(uint64_t size)
 {
     return GROUP | (uint64_t)(size ? 63 - __builtin_clzll(size) : 0);
+}
+
+/* A size's bit in its stack's exact_bits. */
+static uint64_t size_bit(uint64_t size) { return (uint64_t)1 << (pm_mix64(size) & 63); }
+
+/* The group bucket of a size that cannot be one of st's exact sizes, or
+ * NULL when that is not known or the bucket is not made yet. */
+static bucket_t *group_seen(const stack_t *st, uint64_t size)
+{
+    if (atomic_load_explicit(&st->nsizes, memory_order_acquire) < EXACT_SIZES ||
+        (atomic_load_explicit(&st->exact_bits, memory_order_relaxed) & size_bit(size)))
+        return NULL;
+    bucket_t *_Atomic *groups = __atomic_load_n(&st->groups, __ATOMIC_ACQUIRE);
+    return groups ? atomic_load_explicit(&groups[group_key(size) & (GROUP_KEYS - 1)], memory_order_acquire) : NULL;
 }
 
 /* A bucket with this key found without prof.lock: the thread's recent
@@ -510,9 +532,14 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
  * EXACT_SIZES exact ones.  A thread remembers the buckets it used last
  * (buckets are never freed), so a hot site costs no lock; hashes are
  * computed before the lock. */
-static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size)
+static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size,
+                            const stack_t *known)
 {
-    const stack_t *seen = stack_seen(pcs, depth);
+    const stack_t *seen = known ? known : stack_seen(pcs, depth);
+    if (seen) {
+        bucket_t *g = group_seen(seen, size);
+        if (g) return g;
+    }
     uint64_t sh = seen ? seen->node.hash : stack_hash(pcs, depth);
     /* sizes and group keys differ, and stay apart through an odd multiplier */
     uint64_t bh = pm_mix64(sh ^ size * 0xff51afd7ed558ccdull);
@@ -536,21 +563,34 @@ static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth
         st = arena_take_locked(sizeof *st + depth * sizeof(uintptr_t));
         st->node.hash = sh;
         st->depth = depth;
-        st->nsizes = 0;
+        atomic_init(&st->nsizes, 0);
+        atomic_init(&st->exact_bits, 0);
+        st->groups = NULL;
         for (uint32_t i = 0; i < depth; i++) st->pcs[i] = pcs[i];
         table_insert(&prof.stacks, &st->node);
     }
     b = find_bucket_locked(st, bh, size);
-    if (!b && st->nsizes >= EXACT_SIZES) {
+    uint32_t nsizes = atomic_load_explicit(&st->nsizes, memory_order_relaxed);
+    if (!b && nsizes >= EXACT_SIZES) {
         bh = gh;
         size = gkey;
         b = find_bucket_locked(st, bh, size);
     }
     if (!b) {
-        if (!(size & GROUP)) st->nsizes++;
         b = arena_take_locked(sizeof *b);
         *b = (bucket_t){.node.hash = bh, .stack = st, .size = size};
         table_insert(&prof.buckets, &b->node);
+        if (!(size & GROUP)) {
+            atomic_fetch_or_explicit(&st->exact_bits, size_bit(size), memory_order_relaxed);
+            atomic_store_explicit(&st->nsizes, nsizes + 1, memory_order_release);
+        } else {
+            if (!st->groups) {
+                bucket_t *_Atomic *groups = arena_take_locked(GROUP_KEYS * sizeof *groups);
+                for (int k = 0; k < GROUP_KEYS; k++) atomic_init(&groups[k], NULL);
+                __atomic_store_n(&st->groups, groups, __ATOMIC_RELEASE);
+            }
+            atomic_store_explicit(&st->groups[size & (GROUP_KEYS - 1)], b, memory_order_release);
+        }
     }
     pm_unlock(&prof.lock);
     t->prof_sites[bh & 7] = b;
@@ -598,11 +638,16 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
     t->in_profiler = 1;
     int saved_errno = errno;
     uintptr_t raw[PM_STACK_MAX + STACK_EXTRA];
-    int n = pm_unwind_capture_from(entry, raw, PM_STACK_MAX + STACK_EXTRA, pm_tcache_memo(t));
+    pm_unwind_memo_t *memo = pm_tcache_memo(t);
+    int n = pm_unwind_capture_from(entry, raw, PM_STACK_MAX + STACK_EXTRA, memo);
     int skip = 0;
     while (skip < n && in_allocator(raw[skip])) skip++;
     uint32_t depth = (uint32_t)(n - skip > PM_STACK_MAX ? PM_STACK_MAX : n - skip);
-    bucket_t *b = bucket_for(t, raw + skip, depth, size);
+    /* a replayed walk gives the pcs it gave before, so the stack they were
+     * interned as (test_prof_sites.c: test_memo_keeps_site) */
+    pm_unwind_memo_way_t *way = memo && memo->last >= 0 ? &memo->way[memo->last] : NULL;
+    bucket_t *b = bucket_for(t, raw + skip, depth, size, way ? way->site : NULL);
+    if (b && way) way->site = b->stack;
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
     shard_t *sh = shard_of(s);

@@ -448,8 +448,8 @@ uint64_t pm_unwind_memo_replays(void) { return pm_relaxed_load(&memo_replays); }
  * read in the walk's order and the first that differs ends the look, so
  * no word is read that the walk itself would not read (bounds: the same
  * top, a bottom no higher).  Returns the pcs stored, or -1. */
-static int memo_replay(const pm_unwind_memo_t *memo, const frame_t *fr, uintptr_t lo, uintptr_t hi,
-                       uintptr_t *pcs, int max)
+static int memo_replay(pm_unwind_memo_t *memo, const frame_t *fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs,
+                       int max)
 {
     for (unsigned i = 0; i < PM_UNWIND_MEMO_WAYS; i++) {
         const pm_unwind_memo_way_t *w = &memo->way[i];
@@ -461,6 +461,7 @@ static int memo_replay(const pm_unwind_memo_t *memo, const frame_t *fr, uintptr_
         if (k < w->nslots) continue;
         for (int j = 0; j < w->n; j++) pcs[j] = w->pcs[j];
         pm_relaxed_store(&memo_replays, pm_relaxed_load(&memo_replays) + 1);
+        memo->last = (int32_t)i;
         return w->n;
     }
     return -1;
@@ -515,6 +516,8 @@ static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, in
         w->sp = first.sp;
         w->bp = first.bp;
         w->pc = first.pc;
+        w->site = NULL;
+        memo->last = (int32_t)memo->victim;
         memo->victim = (memo->victim + 1) % PM_UNWIND_MEMO_WAYS;
     }
     return n;
@@ -590,6 +593,7 @@ PM_CAPTURE_ATTR int pm_unwind_capture(uintptr_t *pcs, int max, int skip)
 
 PM_CAPTURE_ATTR int pm_unwind_capture_from(uintptr_t efp, uintptr_t *pcs, int max, pm_unwind_memo_t *memo)
 {
+    if (memo) memo->last = -1;
 #if defined(__x86_64__)
     if (max <= 0) return 0;
     uintptr_t fp = (uintptr_t)__builtin_frame_address(0);

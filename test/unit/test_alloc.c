@@ -178,6 +178,47 @@ static void test_alloc_realloc(void **state)
     assert_int_equal(errno, ENOMEM);
 }
 
+static void realloc_interior(void *arg) { pm_realloc((char *)arg + 16, 48); }
+
+/* realloc within a small block's class keeps it, the class found by the
+ * block's page (pm_realloc's fast check): for every class, its size and
+ * half of it keep the block, a byte more or below half moves it; a block
+ * on a page flagged for a sample is kept too, and a pointer inside a block
+ * is still refused. */
+static void test_realloc_in_place_by_page_info(void **state)
+{
+    (void)state;
+    for (unsigned cls = 1; cls < pm_class_count; cls++) {
+        size_t size = pm_class_size[cls];
+        for (int sampled = 0; sampled <= 1; sampled++) {
+            if (sampled) profmalloc_set_sample_rate(1);
+            uint8_t *p = pm_malloc(size);
+            if (sampled) profmalloc_set_sample_rate(0);
+            assert_non_null(p);
+            assert_int_equal(pm_sizeclass_of(size), cls);
+            p[0] = 1;
+            p[size - 1] = 2;
+            assert_ptr_equal(pm_realloc(p, size), p);
+            assert_ptr_equal(pm_realloc(p, size / 2), p);
+            assert_int_equal(p[0], 1);
+            uint8_t *q = pm_realloc(p, size + 1);
+            assert_ptr_not_equal(q, p);
+            assert_int_equal(q[0], 1);
+            assert_int_equal(q[size - 1], 2);
+            uint8_t *r = pm_malloc(size);
+            r[0] = 3;
+            uint8_t *t = pm_realloc(r, size / 2 - 1);
+            assert_ptr_not_equal(t, r);
+            assert_int_equal(t[0], 3);
+            pm_free(q);
+            pm_free(t);
+        }
+    }
+    void *p = pm_malloc(64);
+    expect_child_abort(realloc_interior, p, "realloc(): invalid pointer", (char *)p + 16, "interior");
+    pm_free(p);
+}
+
 /* Growing a block reserves a quarter more than the old one (small and
  * large), while a jump past that gets the size asked for. */
 static void test_alloc_memalign(void **state)
@@ -345,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_alloc_malloc_free_usable),
         cmocka_unit_test(test_alloc_calloc),
         cmocka_unit_test(test_alloc_realloc),
+        cmocka_unit_test(test_realloc_in_place_by_page_info),
         cmocka_unit_test(test_alloc_memalign),
         cmocka_unit_test(test_alloc_memalign_size_zero),
     };

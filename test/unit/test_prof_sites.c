@@ -1,6 +1,9 @@
 /* test_prof_sites.c — unit tests of src/prof_sites.c: the sampled-page
- * flags that send a free to the profiler, and the records' memory. */
+ * flags that send a free to the profiler, the records' memory, and the
+ * buckets a sample is counted in. */
 #include "core_test.h"
+#include "pm_prof_types.h"
+#include "pm_prof_unwind.h"
 
 static int flagged(const void *p)
 {
@@ -139,6 +142,125 @@ static void test_records_from_chunks(void **state)
     }
 }
 
+/* Call sites of their own (no tail call: the return address names them). */
+#define SITE_FN(name)                                                                                                  \
+    PM_NOINLINE static void *name(size_t n)                                                                            \
+    {                                                                                                                  \
+        void *p = pm_alloc_slow(n); /* as malloc's tail call at rate 1 */                                             \
+        __asm__ volatile("" : "+r"(p));                                                                                \
+        return p;                                                                                                      \
+    }
+SITE_FN(site_a)
+SITE_FN(site_b)
+SITE_FN(site_c)
+SITE_FN(site_d)
+
+static const pm_prof_sample_t *stack_of(const pm_prof_snapshot_t *snap, size_t size)
+{
+    for (size_t i = 0; i < snap->nsamples; i++)
+        if (snap->samples[i].size == size) return &snap->samples[i];
+    return NULL;
+}
+
+static int same_stack(const pm_prof_sample_t *a, const pm_prof_sample_t *b)
+{
+    return a->depth == b->depth && memcmp(a->pcs, b->pcs, a->depth * sizeof a->pcs[0]) == 0;
+}
+
+static void *keep[64];
+static int nkeep;
+
+/* fn(sizes[i]) for each i, from one call instruction. */
+PM_NOINLINE static void call_each(void *(*fn)(size_t), const size_t *sizes, int n)
+{
+    for (int i = 0; i < n; i++) keep[nkeep++] = fn(sizes[i]);
+}
+
+/* On a thread of its own, whose stack holds none of cmocka's frames:
+ * walks through objects not listed for good are not kept. */
+static void *memo_site_thread(void *arg)
+{
+    (void)arg;
+    void *(*const fn[3])(size_t) = {site_a, site_b, site_c};
+    for (int i = 0; i <= PM_THREAD_NEW_OPS; i++) pm_free(pm_malloc(64)); /* a cache, and a memo with it */
+    if (!pm_tcache_memo(&pm_tls)) _exit(4);
+    profmalloc_set_sample_rate(1);
+    /* three sites of one size through a memo of two ways: each new walk
+     * takes the way of another site's */
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 3; i++) call_each(fn[i], (const size_t[]){100, 100}, 2);
+    /* one site of many sizes: 16 exact (its first), then sizes of two
+     * groups, then an exact one again */
+    size_t d[21];
+    for (int i = 0; i < 16; i++) d[i] = 1000 + (size_t)i;
+    const size_t more[] = {3000, 3100, 3000, 600, 1001};
+    memcpy(d + 16, more, sizeof more);
+    call_each(site_d, d, 21);
+    profmalloc_set_sample_rate(0);
+    return NULL;
+}
+
+/* In a child: the start-up objects listed, so walks are replayed. */
+static void memo_site_child(void *arg)
+{
+    (void)arg;
+    pm_objects_pin_loaded();
+    uint64_t replays = pm_unwind_memo_replays();
+    pthread_t th;
+    if (pthread_create(&th, NULL, memo_site_thread, NULL) != 0 || pthread_join(th, NULL) != 0) _exit(3);
+    if (pm_unwind_memo_replays() - replays < 9 + 10) _exit(77); /* no replays here: nothing to test */
+    pm_prof_snapshot_t snap;
+    pm_sites_mem_t mem;
+    if (pm_sites_snapshot(&snap, &mem, NULL) != 0) _exit(2);
+    /* a site's return address into its caller names it */
+    uintptr_t ra[3] = {0, 0, 0};
+    uint64_t objects[3] = {0, 0, 0};
+    for (size_t i = 0; i < snap.nsamples; i++) {
+        const pm_prof_sample_t *x = &snap.samples[i];
+        if (x->size != 100) continue;
+        int j = 0;
+        while (j < 3 && ra[j] && ra[j] != x->pcs[0]) j++;
+        if (j == 3) _exit(10);
+        ra[j] = x->pcs[0];
+        objects[j] += x->alloc_objects;
+    }
+    for (int j = 0; j < 3; j++)
+        if (objects[j] != 6) _exit(20 + j); /* some counted at another site */
+    const pm_prof_sample_t *d = stack_of(&snap, 1000);
+    if (!d) _exit(14);
+    uint64_t d_objects = 0, d_bytes = 0, d_buckets = 0;
+    for (size_t i = 0; i < snap.nsamples; i++) {
+        const pm_prof_sample_t *x = &snap.samples[i];
+        if (!same_stack(x, d)) continue;
+        d_buckets++;
+        d_objects += x->alloc_objects;
+        d_bytes += x->alloc_bytes;
+        if (x->size == 1001 && x->alloc_objects != 2) _exit(30); /* exact, not its group's */
+        if (x->size == 600 && x->alloc_objects != 1) _exit(31);
+        if (x->size >= 3000 && x->size < 3100 && (x->alloc_objects != 3 || x->alloc_bytes != 9100)) _exit(32);
+    }
+    uint64_t want = 0;
+    for (size_t z = 1000; z < 1016; z++) want += z;
+    if (d_buckets != 18 || d_objects != 21 || d_bytes != want + 9100 + 600 + 1001) _exit(33);
+    pm_os_unmap(mem.base, mem.bytes);
+    for (int i = 0; i < nkeep; i++) pm_free(keep[i]);
+    _exit(0);
+}
+
+/* A replayed walk's samples go to the stack its first walk was interned
+ * as, and a new walk in a memo way is interned afresh; a site of many
+ * sizes finds its groups' buckets and still its exact ones. */
+static void test_memo_keeps_site(void **state)
+{
+    (void)state;
+    char out[512];
+    int status = run_in_child(memo_site_child, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
+    if (WEXITSTATUS(status) == 77) skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     core_test_init();
@@ -146,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_sampled_page_flags),
         cmocka_unit_test(test_unsampled_neighbour_free),
         cmocka_unit_test(test_records_from_chunks),
+        cmocka_unit_test(test_memo_keeps_site),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
 }
