@@ -41,7 +41,7 @@ PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 # pageheap → central → tcache → alloc, stats, init; then the profiler
 # family, bottom up (doc/design.md, "The ladder"); override.c (the libc
 # names) last.
-CORE_SRCS := src/os_linux.c src/fmt.c src/options.c src/meta.c src/sizeclass.c \
+CORE_SRCS := src/os_linux.c src/fmt.c src/math.c src/options.c src/meta.c src/sizeclass.c \
 	src/pagemap.c src/pageheap.c src/pagerelease.c src/central.c src/tcache.c src/guard.c src/alloc.c \
 	src/large.c src/stats.c src/init.c \
 	src/prof_sampler.c src/prof_unwind_cfi.c src/prof_objects.c src/prof_unwind.c \
@@ -63,7 +63,7 @@ PM_TEST_A := $(BUILD)/libprofmalloc-test.a
 CHECK_TARGETS :=
 BENCH_TARGETS :=
 
-.PHONY: all check bench demo install uninstall clean sizeclass-table
+.PHONY: all check bench demo install uninstall clean sizeclass-table math-tables
 all: $(PM_SO) $(PM_A)
 
 # Code off the allocation paths is built for size: the library's text is
@@ -164,6 +164,13 @@ sizeclass-table: $(BUILD)/sizeclass-table
 	@$(BUILD)/sizeclass-table
 $(BUILD)/sizeclass-table: test/demo/sizeclass_table.c $(PM_TEST_A)
 	$(CC) $(PM_CFLAGS) $< -o $@ $(PM_TEST_A) -pthread
+
+# src/math.c's tables, from libm (paste the output there).
+math-tables: $(BUILD)/math-tables
+	@$(BUILD)/math-tables
+$(BUILD)/math-tables: test/demo/math_tables.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -Wall -Wextra $< -o $@ -lm
 
 install: $(PM_SO) $(PM_A)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man3

@@ -285,8 +285,8 @@ PM_INLINE int pm_sampler_charge(pm_sampler_t *s, size_t size)
 }
 /* Gives back a charge the fast path made before falling to the slow path. */
 PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown += (int64_t)size; }
-/* Next gap in bytes for mean `rate`; -1 (sample everything) when rate is
- * 1, PM_TICK_BYTES when 0. */
+/* Next gap in bytes for mean `rate` (at most INT64_MAX); -1 (sample
+ * everything) when rate is 1, PM_TICK_BYTES when 0. */
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate);
 uint64_t pm_sampler_seed(void);
 

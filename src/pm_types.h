@@ -90,6 +90,11 @@ typedef struct pm_sampler {
     int64_t countdown;              /* bytes to allocate before the next sample */
     uint64_t rng;                   /* xorshift state */
     uint64_t rate;                  /* rate the countdown was drawn with */
+    /* slow-path state: the weight of the last sample's size at this rate,
+     * since a program often allocates one size in a loop */
+    double inv_rate;                /* 1/rate (0 at rate 0 and 1) */
+    size_t last_size;               /* 0: none since the rate was set */
+    uint64_t last_weight;
 } pm_sampler_t;
 
 typedef struct pm_tcache {

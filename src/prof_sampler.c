@@ -2,8 +2,9 @@
  * over allocated bytes (a Poisson process with mean `rate` bytes), so an
  * allocation of s bytes is sampled with probability 1 - exp(-s/rate).
  * Owns: the process-wide rate and its default, a thread's pm_sampler_t
- * (countdown, random state, the rate it was drawn with: its start, its
- * slow path and a rate change), a sample's weight.
+ * (countdown, random state, the rate it was drawn with and the last
+ * sample's weight: its start, its slow path and a rate change), a sample's
+ * weight.  The math is pm_math.h's (a table and a polynomial each).
  * Must never: allocate, lock or reach the site table (alloc.c hands a
  * sample on).  The fast path's charge is inline (pm_internal.h). */
 #include "pm_internal.h"
@@ -18,16 +19,33 @@ static uint64_t next_random(uint64_t *state)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* -ln(u) for u uniform in (0, 1], drawn as u = 2^-g y: g >= 1 geometric
+ * (a random word's leading zeros) and y uniform in [1, 2) (52 random
+ * bits), so -ln(u) = g ln 2 - ln(y) needs no conversion, no exponent work
+ * and no division (test_sampler_next, test_sampler_next_quantiles). */
+static inline double exp_draw(uint64_t *rng)
+{
+    uint64_t x = next_random(rng), low = x & 0xfff;
+    /* -g from the highest set bit: -12..-1, else -13 and below */
+    int64_t e = PM_LIKELY(low) ? (int64_t)(__builtin_clzll(low) ^ 63) - 12
+                               : -13 - (int64_t)__builtin_clzll(next_random(rng)); /* never 0 */
+    return -pm_math_ln_parts(e, x >> 12);
+}
+
+/* The gap at rate >= 2 (at most INT64_MAX: a signed conversion). */
+static inline int64_t gap_of(uint64_t *rng, uint64_t rate)
+{
+    double gap = exp_draw(rng) * (double)(int64_t)rate;
+    if (gap > (double)(INT64_MAX / 4)) return INT64_MAX / 4;
+    return (int64_t)gap;
+}
+
 int64_t pm_sampler_next(uint64_t *rng, uint64_t rate)
 {
     if (rate == 0) return PM_TICK_BYTES; /* no samples: the countdown only ticks */
     if (rate == 1) return -1; /* every allocation: never reach 0 */
     if (!*rng) *rng = pm_sampler_seed();
-    /* u uniform in (0, 1]: 53 random bits, shifted off zero */
-    double u = ((double)(next_random(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double gap = pm_math_neg_log(u) * (double)rate;
-    if (gap > (double)(INT64_MAX / 4)) return INT64_MAX / 4;
-    return (int64_t)gap;
+    return gap_of(rng, rate);
 }
 
 uint64_t pm_sampler_seed(void)
@@ -46,11 +64,16 @@ void pm_sampler_set_rate(uint64_t rate)
     pm_relaxed_store(&rate_now, rate);
 }
 
-void pm_sampler_redraw(pm_sampler_t *s)
+/* Draws the countdown afresh at rate and forgets the last weight. */
+static void set_rate(pm_sampler_t *s, uint64_t rate)
 {
-    s->rate = pm_sampler_rate();
-    s->countdown = pm_sampler_next(&s->rng, s->rate);
+    s->rate = rate;
+    s->inv_rate = rate > 1 ? 1.0 / (double)(int64_t)rate : 0.0;
+    s->last_size = 0;
+    s->countdown = pm_sampler_next(&s->rng, rate);
 }
+
+void pm_sampler_redraw(pm_sampler_t *s) { set_rate(s, pm_sampler_rate()); }
 
 void pm_sampler_thread_start(pm_sampler_t *s)
 {
@@ -59,27 +82,41 @@ void pm_sampler_thread_start(pm_sampler_t *s)
 }
 
 /* A block of size bytes sampled at mean rate R stands for 1/p blocks,
- * p = 1 - e^(-size/R): unbiased estimates (weight exactly one at R = 1). */
-static uint64_t weight_of(size_t size, uint64_t rate)
+ * p = 1 - e^(-size/R): unbiased estimates (weight exactly one at R = 1).
+ * size >= 1, below 2^63 as every block's; inv_rate = 1/R for R > 1.
+ * Capped where R / size passes 2^55 (test_sampler_weight). */
+PM_INLINE uint64_t weight_of(size_t size, double inv_rate)
 {
-    if (rate <= 1) return PM_WEIGHT_ONE;
-    double prob = pm_math_one_minus_exp((double)(size ? size : 1) / (double)rate);
-    return prob > 0 ? (uint64_t)((double)PM_WEIGHT_ONE / prob + 0.5) : PM_WEIGHT_ONE;
+    double p = pm_math_one_minus_exp((double)(int64_t)size * inv_rate);
+    double w = (double)PM_WEIGHT_ONE / p + 0.5;
+    return w < 0x1p63 ? (uint64_t)(int64_t)w : (uint64_t)INT64_MAX;
 }
 
-uint64_t pm_sampler_weight(const pm_sampler_t *s, size_t size) { return weight_of(size, s->rate); }
+uint64_t pm_sampler_weight(const pm_sampler_t *s, size_t size)
+{
+    if (s->rate <= 1) return PM_WEIGHT_ONE;
+    return weight_of(size ? size : 1, s->inv_rate);
+}
 
 uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size)
 {
     uint64_t rate = pm_sampler_rate();
-    if (PM_UNLIKELY(s->rate != rate)) {
-        s->rate = rate;
-        s->countdown = pm_sampler_next(&s->rng, rate);
-    }
+    if (PM_UNLIKELY(s->rate != rate)) set_rate(s, rate);
     s->countdown -= (int64_t)size;
     if (PM_LIKELY(s->countdown >= 0)) return 0;
-    s->countdown = pm_sampler_next(&s->rng, rate);
-    return rate ? weight_of(size, rate) : PM_SAMPLE_TICK;
+    if (PM_UNLIKELY(rate <= 1)) {
+        s->countdown = pm_sampler_next(&s->rng, rate);
+        return rate ? PM_WEIGHT_ONE : PM_SAMPLE_TICK;
+    }
+    s->countdown = gap_of(&s->rng, rate); /* seeded: set_rate drew at this rate */
+    /* a loop allocating one size pays for its weight once
+     * (test_sampler_weight_cache) */
+    size_t n = size ? size : 1;
+    if (n != s->last_size) {
+        s->last_size = n;
+        s->last_weight = weight_of(n, s->inv_rate);
+    }
+    return s->last_weight;
 }
 
 PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
