@@ -1289,7 +1289,6 @@ void pm_pageheap_release_all(void)
     pm_span_t *picked[RELEASE_BATCH];
     pm_lock(&ph.lock);
     uint64_t left = ph.free_pages[KIND_FREE];
-    pm_release_forget_rounds_locked();
     pm_unlock(&ph.lock);
     while (left) {
         pm_lock(&ph.lock);

@@ -12,17 +12,12 @@
 #define PM_DECAY_NS 1000000000ull
 #define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 #define GROWTH_AGE_NS (PM_DECAY_NS / 8)
-#define ROUNDS_NS (4 * PM_DECAY_NS)
 
 static struct {
     uint64_t retry_ns;       /* no release tried before this, but of runs to unmap */
     uint64_t unmap_scan_ns;  /* next look for released runs to unmap */
     uint64_t excess_scan_ns; /* next look when released pages outnumber those in use */
     _Atomic uint64_t tick_ns; /* pm_release_tick_due says yes again after this */
-    uint64_t cut_ns, cut_pages; /* the cap's last releases (within a second of each other) */
-    uint64_t regrown;        /* fresh pages faulted in since */
-    uint64_t rounds_ns;      /* the program works in rounds until then */
-    uint64_t peak, peak_ns;  /* the most pages in use lately, and when */
 } rel;
 
 /* ---- the rules ----------------------------------------------------------- */
@@ -45,8 +40,7 @@ static void rule_decay(const pm_heap_view_t *v, pm_release_plan_t *p)
 static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p)
 {
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
-    uint64_t base = v->now < rel.rounds_ns && rel.peak > v->in_use ? rel.peak : v->in_use;
-    if (!pm_options.release_bytes_set && limit < base) limit = base;
+    if (!pm_options.release_bytes_set && limit < v->in_use) limit = v->in_use;
     if (v->free <= limit) return;
     /* Paced: the default cap is enforced a tick at a time; a free
      * enforces it past 1.5 times the cap only on spans unused for an
@@ -82,40 +76,6 @@ static void rule_growth(const pm_heap_view_t *v, pm_release_plan_t *p)
     p->aged_before = v->now - GROWTH_AGE_NS;
     p->aged_pages = v->grow_pages;
     p->aged_floor = floor;
-}
-
-/* Rounds: a program that faults in again, within a second, at least half
- * of what the cap gave back works in rounds (a batch job, a build step, a
- * burst of requests that ends and starts again): for four seconds from
- * then the cap counts from the most pages in use lately, not from those
- * in use now, so the next round finds its pages resident instead of
- * faulting every one in again.  The decay rule still returns any span
- * unused for a second, and the lately used peak lapses four seconds after
- * it was last reached (bench/pyrounds; test_pageheap_rounds_keep). */
-static void rule_rounds(const pm_heap_view_t *v, int event, const pm_release_plan_t *p)
-{
-    if (v->in_use >= rel.peak || v->now - rel.peak_ns > ROUNDS_NS) {
-        rel.peak = v->in_use;
-        rel.peak_ns = v->now;
-    }
-    if (event == PM_RELEASE_GROWTH) {
-        if (!rel.cut_pages || v->now - rel.cut_ns > PM_DECAY_NS) return;
-        rel.regrown += v->grow_pages;
-        if (2 * rel.regrown >= rel.cut_pages) {
-            rel.rounds_ns = v->now + ROUNDS_NS;
-            rel.cut_pages = 0;
-        }
-        return;
-    }
-    if (p->keep_pages == UINT64_MAX || pm_options.release_bytes_set || v->free <= p->keep_pages) return;
-    uint64_t going = v->free - p->keep_pages;
-    if (p->budget && going > p->budget) going = p->budget;
-    if (v->now - rel.cut_ns > PM_DECAY_NS) {
-        rel.cut_pages = 0;
-        rel.regrown = 0;
-    }
-    rel.cut_ns = v->now;
-    rel.cut_pages += going;
 }
 
 /* Refusals: after the kernel refused a release (mlock, huge kernel pages)
@@ -163,7 +123,6 @@ void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_pla
     *p = (pm_release_plan_t){.keep_pages = UINT64_MAX};
     switch (event) {
     case PM_RELEASE_GROWTH:
-        rule_rounds(v, event, p);
         if (!rule_refused(v)) rule_growth(v, p);
         return;
     case PM_RELEASE_TICK:
@@ -174,7 +133,6 @@ void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_pla
         /* fall through */
     case PM_RELEASE_FREE:
         rule_cap(v, event, p);
-        rule_rounds(v, event, p);
         rule_decay(v, p);
         p->long_only = rule_refused(v);
         rule_excess(v, p);
@@ -192,13 +150,6 @@ void pm_release_stale_full_locked(void)
 }
 
 void pm_release_refused_locked(uint64_t now) { rel.retry_ns = now + PM_DECAY_NS; }
-
-void pm_release_forget_rounds_locked(void)
-{
-    rel.rounds_ns = 0;
-    rel.cut_pages = 0;
-    rel.peak = 0;
-}
 
 /* The tick runs the rules as the program allocates, at most eight times a
  * second: without it a program that freed its big blocks and went on with

@@ -187,7 +187,6 @@ enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
 void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
 void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
 void pm_release_stale_full_locked(void);     /* a full batch of stale runs: look again soon */
-void pm_release_forget_rounds_locked(void);  /* malloc_trim: no rounds seen (the cap from in_use) */
 int pm_release_tick_due(uint64_t now);       /* 1 at most 8 times a second */
 uint64_t pm_release_decay_ns(void);
 

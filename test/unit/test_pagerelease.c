@@ -238,33 +238,6 @@ static void test_pageheap_cap_keeps_young(void **state)
     if (burst > 2 * (size_t)USED * BIG + BIG) fail_msg("%zu MiB free past twice the cap", burst >> 20);
 }
 
-/* A program that faults in again, within a second, what the cap gave
- * back works in rounds: the next time it frees as much at once, the cap
- * counts from the most pages it had in use lately and the pages stay for
- * the next round.  Four seconds after that peak, or after malloc_trim,
- * the cap counts from the pages in use again. */
-static void test_pageheap_rounds_keep(void **state)
-{
-    (void)state;
-    enum { BIG = 8 << 20, USED = 16, FREED = 40 };
-    static pm_span_t *s[USED + FREED];
-    size_t after[4];
-    for (int round = 0; round < 4; round++) {
-        if (round == 0 || round == 3) pm_pageheap_release_all(); /* no rounds seen */
-        if (round == 2) pm_pageheap_skip_time(4100000000ull); /* the peak lapses */
-        for (int i = 0; i < USED + FREED; i++) assert_non_null(s[i] = pm_pageheap_alloc(BIG / PAGE));
-        for (int i = USED; i < USED + FREED; i++) pm_pageheap_free(s[i]);
-        after[round] = ph_stats().free; /* 320 MiB freed at once, 128 MiB in use */
-        /* in round 1 the first round's pages, given back, were faulted in again */
-        for (int i = 0; i < USED; i++) pm_pageheap_free(s[i]);
-    }
-    pm_pageheap_release_all();
-    for (int round = 0; round < 4; round++) {
-        if (round == 1) assert_int_equal(after[round], (size_t)FREED * BIG);
-        else if (after[round] > (size_t)USED * BIG) fail_msg("round %d: %zu MiB kept", round, after[round] >> 20);
-    }
-}
-
 /* The release rules run as the program allocates (pm_pageheap_tick, from
  * the sampling countdown), not only when the page heap frees a span: a
  * program that frees its big blocks and goes on with small ones gets them
@@ -679,7 +652,6 @@ int main(void)
         cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
         cmocka_unit_test(test_pageheap_cap_paced),
         cmocka_unit_test(test_pageheap_cap_keeps_young),
-        cmocka_unit_test(test_pageheap_rounds_keep),
         cmocka_unit_test(test_pageheap_tick_releases),
         cmocka_unit_test(test_pageheap_tick_bounded),
         cmocka_unit_test(test_pageheap_cut_keeps_age),
