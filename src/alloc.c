@@ -158,18 +158,14 @@ static pm_span_t *owner_for(const void *p, const char *what)
 
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
-/* The class of the small block at p, by its page's info as free's fast
- * path finds it; 0 if p is not the start of an object on an unflagged
- * small-object page. */
+/* The class of the small block at p by pm_small_object_at, or 0 (also
+ * off the page map). */
 static unsigned small_class_at(const void *p)
 {
     uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
     pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
-    if (!leaf) return 0;
-    unsigned info = __atomic_load_n(&leaf->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
-    uint64_t magic = pm_free_magic[info & 0xff];
-    uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-    return offset * magic < magic ? info & 0xff : 0;
+    unsigned cls;
+    return leaf && pm_small_object_at(leaf, a, &cls) ? cls : 0;
 }
 
 void pm_free_slow(void *p)

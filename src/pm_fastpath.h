@@ -49,15 +49,9 @@ PM_INLINE void pm_free_inline(void *p)
     uintptr_t a = (uintptr_t)p;
     pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {
-        /* relaxed: a carve or the profiler may be setting bits in it */
-        unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)],
-                                        __ATOMIC_RELAXED);
-        uint64_t magic = pm_free_magic[info & 0xff];
-        /* offset from the span's start: page index, then offset in page */
-        uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
         /* a small block on a page without samples, at an object's start */
-        if (PM_LIKELY(offset * magic < magic)) {
-            unsigned cls = info & 0xff;
+        unsigned cls;
+        if (PM_LIKELY(pm_small_object_at(leaf, a, &cls))) {
             pm_tlist_t *l = &pm_tls.list[cls];
             uintptr_t key = pm_guard.key; /* loaded once: the stores below may alias it */
             if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != key)) {

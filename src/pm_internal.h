@@ -130,6 +130,21 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
      * to the same span before handing it out) */
     return leaf ? __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) : NULL;
 }
+/* Whether address a starts an object on an unflagged small-object page,
+ * from its page's info word (leaf: a's, not NULL); *cls is the page's
+ * class byte.  Free's fast path, realloc within a class and the slow free
+ * of a full list take a block by it (test_alloc:
+ * test_realloc_in_place_by_page_info). */
+PM_INLINE int pm_small_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *cls)
+{
+    /* relaxed: a carve or the profiler may be setting bits in it */
+    unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+    uint64_t magic = pm_free_magic[info & 0xff];
+    /* offset from the span's start: page index, then offset in page */
+    uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
+    *cls = info & 0xff;
+    return offset * magic < magic;
+}
 /* Whether p (at or past s's first page) starts an object that small span s
  * has cut, in use or free.  s->carved is read without the class's lock
  * (its writes under the lock are relaxed stores): it never drops below an
