@@ -331,6 +331,29 @@ size_t pm_os_as_room(void)
     return room;
 }
 
+/* Whether address space is scarce: RLIMIT_AS is set, or the kernel
+ * charges every writable mapping (vm.overcommit_memory=2, read once).
+ * errno is left as it was. */
+int pm_os_space_limited(void)
+{
+    static _Atomic int strict; /* 0: not read yet, 1: no, 2: yes */
+    int saved = errno, s = atomic_load_explicit(&strict, memory_order_relaxed);
+    if (!s) {
+        char c = 0;
+        int fd = pm_os_open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            if (pm_os_read(fd, &c, 1) != 1) c = 0;
+            pm_os_close(fd);
+        }
+        s = c == '2' ? 2 : 1;
+        atomic_store_explicit(&strict, s, memory_order_relaxed);
+    }
+    struct rlimit r;
+    int limited = s == 2 || (syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, &r) == 0 && r.rlim_cur != RLIM_INFINITY);
+    errno = saved;
+    return limited;
+}
+
 /* ---- environment ---------------------------------------------------- */
 
 static const char *match(const char *entry, const char *name)

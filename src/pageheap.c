@@ -63,6 +63,7 @@ static struct {
     int64_t max_extents;         /* holes split no more of them past this */
     pm_span_t *tree[2];          /* lists[kind][0]'s spans by (npages, page) */
     uint64_t returned_floor_ns;  /* no released run became free before this (0: unknown) */
+    int space_limited;           /* pm_os_space_limited() as of the last growth */
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
@@ -281,7 +282,7 @@ static pm_heap_view_t view_locked(size_t grow_pages)
     return (pm_heap_view_t){.now = ph.now, .in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE],
                             .released = ph.free_pages[KIND_RETURNED],
                             .oldest_free_ns = ph.oldest ? ph.oldest->free_ns : UINT64_MAX,
-                            .grow_pages = grow_pages};
+                            .grow_pages = grow_pages, .space_limited = ph.space_limited};
 }
 
 /* ---- span structs ----------------------------------------------------- */
@@ -529,6 +530,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
      * (test_api: test_big_alignment_at_limit) */
     size_t tries[3] = {(pages + align - 1) / align * align, pages, n};
     void *mem = NULL;
+    int limited = pm_os_space_limited();
     for (int i = 0; i < 3 && !mem; i++)
         if (i == 0 || tries[i] < tries[i - 1])
             if ((mem = pm_os_map(tries[i] << PM_PAGE_SHIFT, align << PM_PAGE_SHIFT))) pages = tries[i];
@@ -544,6 +546,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     uint64_t now = clock_now();
     pm_lock(&ph.lock);
     clock_locked(now);
+    ph.space_limited = limited;
     if (!ph.spare) {
         pm_unlock(&ph.lock);
         pm_os_unmap(mem, pages << PM_PAGE_SHIFT);

@@ -186,6 +186,7 @@ typedef struct pm_heap_view { /* the page heap's state, in pages, under its lock
     uint64_t in_use, free, released;
     uint64_t oldest_free_ns;  /* when the oldest resident free span became free (UINT64_MAX: none) */
     uint64_t grow_pages;      /* PM_RELEASE_GROWTH: the fresh pages about to be faulted in */
+    int space_limited;        /* address space is scarce (pm_os_space_limited, at the last growth) */
 } pm_heap_view_t;
 typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_plan_locked) */
     uint64_t aged_before;     /* resident free spans free since this or earlier, oldest first */

@@ -61,6 +61,7 @@ enum { PM_OS_FAULT_MAP, PM_OS_FAULT_RELEASE, PM_OS_FAULT_UNMAP, PM_OS_FAULT_KIND
 void pm_os_fault_set(unsigned kind, uint32_t per_1024);
 uint64_t pm_os_fault_count(void);
 size_t pm_os_as_room(void);        /* RLIMIT_AS less the size mapped; SIZE_MAX: no limit */
+int pm_os_space_limited(void);     /* 1: RLIMIT_AS set, or strict overcommit */
 
 /* Environment: scans environ (or /proc/self/environ before libc set it up).
  * Returns NULL when unset.  pm_os_secure() is true in setuid/setgid
