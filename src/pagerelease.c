@@ -12,20 +12,24 @@
 #define PM_DECAY_NS 1000000000ull
 #define TICK_RELEASE_PAGES 4096 /* 32 MiB: what one tick returns at most */
 #define GROWTH_AGE_NS (PM_DECAY_NS / 8)
+#define PEAK_WINDOW_NS (PM_DECAY_NS / 2)
 
 static struct {
     uint64_t retry_ns;       /* no release tried before this, but of runs to unmap */
     uint64_t unmap_scan_ns;  /* next look for released runs to unmap */
     uint64_t excess_scan_ns; /* next look when released pages outnumber those in use */
     _Atomic uint64_t tick_ns; /* pm_release_tick_due says yes again after this */
-    uint64_t peak[2];        /* most pages in use seen in this window of PM_DECAY_NS, and the last */
-    uint64_t peak_window;    /* now / PM_DECAY_NS of peak[0] */
+    uint64_t peak[2];        /* most pages in use seen in this window of PEAK_WINDOW_NS, and the last */
+    uint64_t peak_window;    /* now / PEAK_WINDOW_NS of peak[0] */
 } rel;
 
-/* The most pages in use seen by the rules in the last one or two seconds. */
+/* The most pages in use seen by the rules in the last half second to a
+ * second (two windows).  Windows of a second kept bench/tide's pages for
+ * up to two seconds after its live set fell to an eighth (238 MB against
+ * 100 MB 1.5 s later); a round of bench/pyrounds is a fifth of a second. */
 static uint64_t recent_peak(const pm_heap_view_t *v)
 {
-    uint64_t w = v->now / PM_DECAY_NS;
+    uint64_t w = v->now / PEAK_WINDOW_NS;
     if (w != rel.peak_window) {
         rel.peak[1] = w == rel.peak_window + 1 ? rel.peak[0] : 0;
         rel.peak[0] = 0;
@@ -37,7 +41,7 @@ static uint64_t recent_peak(const pm_heap_view_t *v)
 }
 
 /* Whether the heap, `more` pages larger, stays within `slack` pages over
- * the most pages used in the last second or two, where address space is
+ * the most pages used lately (recent_peak), where address space is
  * not scarce and the user set no cap (see rule_cap). */
 static int within_peak(const pm_heap_view_t *v, uint64_t peak, uint64_t more, uint64_t slack)
 {
@@ -67,7 +71,7 @@ static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p, u
     if (!pm_options.release_bytes_set && limit < v->in_use) limit = v->in_use;
     if (v->free <= limit) return;
     /* Rounds: free pages that keep the heap within a quarter of the cap
-     * over the most pages in use in the last second or two stay, for the
+     * over the most pages in use lately (recent_peak) stay, for the
      * decay rule to return a second later.  A program that drops its big
      * blocks at the end of a round makes them again in the next, and
      * faulted every page in again (bench/pyrounds: 680 k page faults, 180 k
