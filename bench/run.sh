@@ -16,7 +16,7 @@
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow large bigmix frag replay pythreads pyrounds mixed mixed-mt
-#            medium server tide bigtouch bigrepeat holes
+#            medium server tide bigtouch bigrepeat holes rounds
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +32,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium server tide bigtouch bigrepeat holes"
+    mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -203,6 +203,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     holes:full)        echo "holes" ;;
     holes:small)       echo "holes -n 30000 -l 8000" ;;
     holes:quick)       echo "holes -n 5000 -l 2000" ;;
+    rounds:full)       echo "rounds" ;;
+    rounds:small)      echo "rounds -n 2" ;;
+    rounds:quick)      echo "rounds -n 1 -z 20" ;;
     esac
 }
 
