@@ -285,9 +285,9 @@ static void test_pageheap_tick_releases(void **state)
 
 /* Rounds: where address space is not scarce, the big blocks a program
  * frees at the end of a round stay for the next round while the heap is
- * within the cap over its recent peak, and the decay rule still returns
- * them a second later; where it is scarce, they go back at once (past
- * twice the cap), as glibc unmaps its mmapped chunks.  bench/pyrounds
+ * within a quarter of the cap over its recent peak, and the decay rule
+ * still returns them a second later; where it is scarce, they go back at
+ * once (past twice the cap), as glibc unmaps its mmapped chunks.  bench/pyrounds
  * faulted every page in again each round: 356 k page faults over 5 rounds
  * where tcmalloc takes 148 k. */
 static void test_pageheap_cap_holds_rounds(void **state)
