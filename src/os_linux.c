@@ -306,6 +306,13 @@ size_t pm_os_page_size(void)
     return page;
 }
 
+/* Whether RLIMIT_AS has a soft limit, which *r then holds (a raw
+ * syscall: errno may change). */
+static int as_limited(struct rlimit *r)
+{
+    return syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, r) == 0 && r->rlim_cur != RLIM_INFINITY;
+}
+
 /* Bytes the process may still map under RLIMIT_AS (its soft limit less
  * /proc/self/statm's size), or SIZE_MAX when there is no such limit or it
  * cannot be read.  errno is left as it was. */
@@ -314,7 +321,7 @@ size_t pm_os_as_room(void)
     int saved = errno;
     size_t room = SIZE_MAX;
     struct rlimit r;
-    if (syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+    if (as_limited(&r)) {
         char buf[64];
         int fd = pm_os_open("/proc/self/statm", O_RDONLY | O_CLOEXEC, 0);
         ssize_t n = fd >= 0 ? pm_os_read(fd, buf, sizeof buf - 1) : -1;
@@ -349,7 +356,7 @@ int pm_os_space_limited(void)
         atomic_store_explicit(&strict, s, memory_order_relaxed);
     }
     struct rlimit r;
-    int limited = s == 2 || (syscall(SYS_prlimit64, 0, RLIMIT_AS, NULL, &r) == 0 && r.rlim_cur != RLIM_INFINITY);
+    int limited = s == 2 || as_limited(&r);
     errno = saved;
     return limited;
 }
