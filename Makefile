@@ -32,9 +32,11 @@ SONAME := libprofmalloc.so.0
 # -fno-reorder-blocks-and-partition: keeps every allocator function inside
 #   [pm_text_begin, pm_text_end], which the profiler uses to drop its frames.
 PM_NOSPLIT := $(shell $(CC) -Werror -fno-reorder-blocks-and-partition -E -x c /dev/null >/dev/null 2>&1 && echo -fno-reorder-blocks-and-partition)
+# -ffunction-sections: the link lays the functions out in the order of
+#   src/hot_functions.txt (below).
 PM_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 	-fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc \
-	-ftls-model=initial-exec $(PM_NOSPLIT) \
+	-ftls-model=initial-exec $(PM_NOSPLIT) -ffunction-sections \
 	-D_GNU_SOURCE -Isrc -Iinclude $(PM_EXTRA_CFLAGS)
 
 # The ladder, bottom up: os → fmt/options → meta → sizeclass/pagemap →
@@ -95,18 +97,37 @@ $(MARK_END): src/textmark.c
 	@mkdir -p $(@D)
 	$(CC) $(PM_CFLAGS) -DPM_TEXT_END -MMD -MP -c $< -o $@
 
-# One relocatable object holds the whole library, bracketed by the marks.
-$(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END)
-	$(LD) -r -o $@ $^
-$(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END)
-	$(LD) -r -o $@ $^
+# One relocatable object holds the whole library, bracketed by the marks,
+# its code in two parts: first the functions of src/hot_functions.txt (what
+# start-up, the allocation paths and sampling run), then pm_text_cold and
+# the rest (reports, the HTTP server, dumps, error paths).  The kernel maps
+# the 64 KiB around every page fault in the library's file, so a program
+# that never runs the rest keeps it out of its resident memory (make
+# check-text-resident; `make hot-functions` lists the functions anew).
+$(BUILD)/text-order.ld: src/hot_functions.txt
+	@mkdir -p $(@D)
+	awk 'BEGIN { print "SECTIONS {\n  .text : {\n    *textmark_begin.o(.text .text.*)" } \
+	     /^[A-Za-z_][A-Za-z0-9_]*\.o$$/ { printf "    *%s(.text .text.*)\n", $$1; next } \
+	     /^[A-Za-z_]/ { printf "    *(.text.%s .text.%s.* .text.*.%s)\n", $$1, $$1, $$1 } \
+	     END { print "    HIDDEN(pm_text_cold = .);\n    *(EXCLUDE_FILE(*textmark_end.o) .text EXCLUDE_FILE(*textmark_end.o) .text.*)"; \
+	           print "    *textmark_end.o(.text .text.*)\n  }\n}" }' $< >$@
+$(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END) $(BUILD)/text-order.ld
+	$(LD) -r -T $(BUILD)/text-order.ld -o $@ $(filter %.o,$^)
+$(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END) $(BUILD)/text-order.ld
+	$(LD) -r -T $(BUILD)/text-order.ld -o $@ $(filter %.o,$^)
 
 # needed.c (dlopen at start-up) and deepbind.c (a dlopen of our own) go
 # into the shared library only: in the archive, a dlopen would make every
 # static link warn (src/needed.c), and a static program's is libc.a's.
+# Both run at start-up: linked first, their code shares the hot part's pages.
+# max-page-size: each segment starts on a 64 KiB boundary, where the C
+# library (2.35 and later) also puts the library's base, so the hot part
+# fills fault-around windows of its own.  -fini names no function: crti's
+# _fini is empty, and the loader's call at exit would fault in the last
+# window of the code, past the cold part.
 # PM_EXTRA_CFLAGS on the link too: a -fsanitize=... build needs its runtime.
-$(PM_SO): $(BUILD)/profmalloc.o $(OBJ)/needed.o $(OBJ)/deepbind.o
-	$(CC) $(PM_EXTRA_CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -o $@ $^ -pthread
+$(PM_SO): $(OBJ)/needed.o $(OBJ)/deepbind.o $(BUILD)/profmalloc.o
+	$(CC) $(PM_EXTRA_CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,-z,max-page-size=0x10000 -Wl,-fini=pm_no_fini -o $@ $^ -pthread
 	ln -sf libprofmalloc.so $(BUILD)/$(SONAME)
 
 # The archive's object keeps only the exported names global: the internal

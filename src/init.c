@@ -45,6 +45,13 @@ static void fork_release(int child)
 static void fork_parent(void) { fork_release(0); }
 static void fork_child(void) { fork_release(1); }
 
+/* What libc_nonshared.a's pthread_atfork does, called here: that stub is
+ * linked after the library's code, at the far end of its cold part, where
+ * its one call would fault in 64 KiB of code no small program runs
+ * (check-text-resident). */
+extern int __register_atfork(void (*)(void), void (*)(void), void (*)(void), void *);
+extern void *__dso_handle __attribute__((visibility("hidden")));
+
 void pm_init_slow(void)
 {
     int expected = 0;
@@ -58,7 +65,7 @@ void pm_init_slow(void)
         pm_hunt_init();
         atomic_store_explicit(&pm_init_state, 2, memory_order_release);
         if (!atomic_exchange(&atfork_registered, 1))
-            pthread_atfork(fork_prepare, fork_parent, fork_child);
+            __register_atfork(fork_prepare, fork_parent, fork_child, __dso_handle);
         return;
     }
     while (atomic_load_explicit(&pm_init_state, memory_order_acquire) != 2) pm_os_yield();

@@ -303,7 +303,10 @@ static void set_limit(pm_tcache_t *t, unsigned cls, uint32_t n)
 static uint16_t scavenge_window(const pm_tcache_t *t)
 {
     unsigned n = 0;
-    for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++) n += (unsigned)__builtin_popcountll(t->limited[w]);
+    /* bits cleared one by one: __builtin_popcountll is a call into libgcc,
+     * linked past the library's cold code (check-text-resident) */
+    for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++)
+        for (uint64_t m = t->limited[w]; m; m &= m - 1) n++;
     n *= SCAVENGE_PER_CLASS;
     return (uint16_t)(n < SCAVENGE_MIN ? SCAVENGE_MIN : n);
 }
