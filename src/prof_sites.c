@@ -98,11 +98,19 @@ typedef struct slab {
 #define STACK_EXTRA 16            /* room for the allocator's own frames */
 #define FIRST_HEADS 8 /* 64 bytes: most of the 16 shards hold a few records */
 
+/* Each shard holds its first SHARD_INLINE records itself, taken before
+ * any slab's: a small heap has a few live samples, and a slab for each of
+ * the shards they hash to faulted in a page of records apiece, 64 KB
+ * (test_prof_sites.c: test_first_records_inline). */
+#define SHARD_INLINE 4
 typedef struct shard {
     pm_lock_t lock;
     table_t records;
     slab_t *slabs;                /* those with a free record */
     uint64_t nslabs;              /* all of them (stats: metadata) */
+    record_t *inline_free;        /* the freed ones of inline_records */
+    uint32_t inline_carved, inline_live;
+    record_t inline_records[SHARD_INLINE];
 } PM_ALIGNED(PM_CACHELINE) shard_t;
 
 static struct {
@@ -117,6 +125,14 @@ static struct {
 static _Atomic uint64_t mapped_bytes;
 
 uint64_t pm_sites_mapped_bytes(void) { return pm_relaxed_load(&mapped_bytes); }
+
+/* Live records held in the shards themselves (read without locks). */
+uint64_t pm_sites_inline_records(void)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < SHARDS; i++) n += ((volatile shard_t *)&prof.shards[i])->inline_live;
+    return n;
+}
 
 static void *map_counted(size_t bytes, size_t align)
 {
@@ -389,8 +405,22 @@ static void slab_unlink_locked(shard_t *sh, slab_t *sl)
     sl->listed = 0;
 }
 
+static int inline_room(const shard_t *sh) { return sh->inline_free || sh->inline_carved < SHARD_INLINE; }
+
+static int is_inline(const shard_t *sh, const record_t *r)
+{
+    return r >= sh->inline_records && r < sh->inline_records + SHARD_INLINE;
+}
+
 static record_t *record_take_locked(shard_t *sh)
 {
+    if (inline_room(sh)) {
+        record_t *r = sh->inline_free;
+        if (r) sh->inline_free = (record_t *)r->node.next;
+        else r = &sh->inline_records[sh->inline_carved++];
+        sh->inline_live++;
+        return r;
+    }
     slab_t *sl = sh->slabs;
     record_t *r = sl->free;
     if (r) sl->free = (record_t *)r->node.next;
@@ -404,6 +434,12 @@ static record_t *record_take_locked(shard_t *sh)
  * the shard's last with room, for the caller to put after unlocking. */
 static slab_t *record_put_locked(shard_t *sh, record_t *r)
 {
+    if (is_inline(sh, r)) {
+        r->node.next = (node_t *)sh->inline_free;
+        sh->inline_free = r;
+        sh->inline_live--;
+        return NULL;
+    }
     slab_t *sl = (slab_t *)((uintptr_t)r & ~(uintptr_t)(SLAB_BYTES - 1));
     r->node.next = (node_t *)sl->free;
     sl->free = r;
@@ -421,7 +457,7 @@ static int lock_shard(shard_t *sh)
     pm_lock(&sh->lock);
     for (;;) {
         int r = 0;
-        if (!sh->slabs) {
+        if (!sh->slabs && !inline_room(sh)) {
             pm_unlock(&sh->lock);
             slab_t *sl = slab_get();
             pm_lock(&sh->lock);

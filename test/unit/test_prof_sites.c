@@ -142,6 +142,34 @@ static void test_records_from_chunks(void **state)
     }
 }
 
+/* A few live samples take no slab: at most 4 hash to any one of the 16
+ * shards, which hold their first 4 records themselves; more take slabs,
+ * and freed inline records serve again. */
+static void test_first_records_inline(void **state)
+{
+    (void)state;
+    enum { FEW = 4, MANY = 200 };
+    static void *p[MANY];
+    assert_int_equal(pm_sites_live_samples(), 0);
+    assert_int_equal(pm_sites_inline_records(), 0);
+    profmalloc_set_sample_rate(1);
+    for (int i = 0; i < FEW; i++) assert_non_null(p[i] = pm_malloc(3000 + 8 * (size_t)i));
+    profmalloc_set_sample_rate(0);
+    assert_int_equal(pm_sites_live_samples(), FEW);
+    assert_int_equal(pm_sites_inline_records(), FEW);
+    for (int i = 0; i < FEW; i++) pm_free(p[i]);
+    assert_int_equal(pm_sites_inline_records(), 0);
+    profmalloc_set_sample_rate(1);
+    for (int i = 0; i < MANY; i++) assert_non_null(p[i] = pm_malloc(200));
+    profmalloc_set_sample_rate(0);
+    assert_int_equal(pm_sites_live_samples(), MANY);
+    assert_true(pm_sites_inline_records() <= 16 * 4);
+    assert_true(pm_sites_inline_records() > 0);
+    for (int i = 0; i < MANY; i++) pm_free(p[i]);
+    assert_int_equal(pm_sites_live_samples(), 0);
+    assert_int_equal(pm_sites_inline_records(), 0);
+}
+
 /* Call sites of their own (no tail call: the return address names them). */
 #define SITE_FN(name)                                                                                                  \
     PM_NOINLINE static void *name(size_t n)                                                                            \
@@ -268,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_sampled_page_flags),
         cmocka_unit_test(test_unsampled_neighbour_free),
         cmocka_unit_test(test_records_from_chunks),
+        cmocka_unit_test(test_first_records_inline),
         cmocka_unit_test(test_memo_keeps_site),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
