@@ -391,7 +391,9 @@ static int write_delta(int fd, profile_t *p0, profile_t *p1, int allocs)
     if (!pm_encode_reserve(&table, slots * sizeof(uint32_t))) goto done;
     uint32_t *slot = (uint32_t *)table.p; /* sample index + 1 */
     memset(slot, 0, slots * sizeof(uint32_t));
-    static uint64_t ka[DEPTH_MAX], kb[DEPTH_MAX]; /* the server thread's only */
+    /* the server thread's only; with the big arrays, off the pages of the
+     * small variables every process touches */
+    PM_SPARSE_BSS static uint64_t ka[DEPTH_MAX], kb[DEPTH_MAX];
     sample_t *s0 = ARR(p0->samples, sample_t);
     for (size_t i = 0; i < n0; i++) {
         sample_key(p0, &s0[i], ka, DEPTH_MAX, &s0[i].hash);
