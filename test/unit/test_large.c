@@ -199,6 +199,28 @@ static void test_calloc_follows_use(void **state)
     pm_free(c);
 }
 
+/* A large block realloc'd down to a small one leaves its pages resident
+ * in the page heap, for the next large block (one a growth leaves goes
+ * back at once: test_alloc_realloc_large_in_place). */
+static void test_realloc_large_to_small_keeps_pages(void **state)
+{
+    (void)state;
+    const size_t size = (size_t)512 << 10;
+    uint8_t *x = resident_run(size);
+    uint8_t *p = pm_malloc(size);
+    assert_ptr_equal(p, x);
+    memset(p, 3, size);
+    uint8_t *q = pm_realloc(p, 100);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, p);
+    for (int i = 0; i < 100; i++) assert_int_equal(q[i], 3);
+    assert_int_equal(resident_pages(p, size), size / 4096);
+    uint8_t *r = pm_malloc(size);
+    assert_ptr_equal(r, p); /* the same pages, still resident */
+    pm_free(r);
+    pm_free(q);
+}
+
 int main(void)
 {
     core_test_init();
@@ -207,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_alloc_realloc_large_in_place),
         cmocka_unit_test(test_large_accounting),
         cmocka_unit_test(test_calloc_follows_use),
+        cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }
