@@ -104,13 +104,16 @@ $(MARK_END): src/textmark.c
 # the 64 KiB around every page fault in the library's file, so a program
 # that never runs the rest keeps it out of its resident memory (make
 # check-text-resident; `make hot-functions` lists the functions anew).
-$(BUILD)/text-order.ld: src/hot_functions.txt
+# PM_SPARSE_BSS's arrays leave as an output section of their own, which
+# links place after .bss (src/pm.h).
+$(BUILD)/text-order.ld: src/hot_functions.txt Makefile
 	@mkdir -p $(@D)
 	awk 'BEGIN { print "SECTIONS {\n  .text : {\n    *textmark_begin.o(.text .text.*)" } \
 	     /^[A-Za-z_][A-Za-z0-9_]*\.o$$/ { printf "    *%s(.text .text.*)\n", $$1; next } \
 	     /^[A-Za-z_]/ { printf "    *(.text.%s .text.%s.* .text.*.%s)\n", $$1, $$1, $$1 } \
 	     END { print "    HIDDEN(pm_text_cold = .);\n    *(EXCLUDE_FILE(*textmark_end.o) .text EXCLUDE_FILE(*textmark_end.o) .text.*)"; \
-	           print "    *textmark_end.o(.text .text.*)\n  }\n}" }' $< >$@
+	           print "    *textmark_end.o(.text .text.*)\n  }"; \
+	           print "  profmalloc_sparse (NOLOAD) : { *(.bss.profmalloc_sparse) }\n}" }' $< >$@
 $(BUILD)/profmalloc.o: $(MARK_BEGIN) $(CORE_OBJS) $(OVERRIDE_OBJS) $(MARK_END) $(BUILD)/text-order.ld
 	$(LD) -r -T $(BUILD)/text-order.ld -o $@ $(filter %.o,$^)
 $(BUILD)/profmalloc-core.o: $(MARK_BEGIN) $(CORE_OBJS) $(MARK_END) $(BUILD)/text-order.ld

@@ -46,10 +46,13 @@ static const bool pm_config_hardened = false;
 #define PM_ALIGNED(n) __attribute__((aligned(n)))
 /* Zero-initialised arrays of a page or more that are touched sparsely (the
  * page map's root, the central lists' structs, the unwinder's rule cache):
- * `ld -r` gathers them in one section of build/profmalloc.o that follows
- * its .bss, so the small variables that every process touches share a few
- * pages instead of being spread between these.  Not ".lbss": gcc reaches a
- * large-data section through the GOT, a load more on free's fast path. */
+ * `ld -r` gathers them in an output section of build/profmalloc.o of their
+ * own, profmalloc_sparse (the Makefile's text-order.ld), which a link
+ * places after .bss, so the small variables that every process touches
+ * share a few pages instead of being spread between these, and .bss needs
+ * no page alignment (the rule cache's): it starts right after .data.  Not
+ * ".lbss": gcc reaches a large-data section through the GOT, a load more
+ * on free's fast path. */
 #define PM_SPARSE_BSS __attribute__((section(".bss.profmalloc_sparse")))
 #define PM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
