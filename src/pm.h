@@ -95,6 +95,14 @@ PM_INLINE void pm_lock(pm_lock_t *l)
     pm_lock_wait_slow(l);
 }
 
+/* 1: taken; 0: held by another thread (nothing is counted). */
+PM_INLINE int pm_trylock(pm_lock_t *l)
+{
+    int expected = 0;
+    return atomic_compare_exchange_strong_explicit(&l->state, &expected, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
+}
+
 PM_INLINE void pm_unlock(pm_lock_t *l)
 {
     if (PM_UNLIKELY(atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2))
