@@ -76,12 +76,12 @@ typedef struct pm_lock {
 
 #define PM_LOCK_INIT {0, 0}
 
-/* Pauses a waiter spins before it sleeps on the futex (3 us at 25 ns a
+/* Pauses a waiter spins before it sleeps on the futex (6 us at 25 ns a
  * pause): the allocator's locks are held for well under a microsecond, so
  * a lock still held after that has a holder off its CPU, and spinning on
  * would only burn the waiter's time slice (test_os_linux:
  * test_lock_waiter_sleeps). */
-#define PM_LOCK_SPIN 128
+#define PM_LOCK_SPIN 256
 
 void pm_lock_wait_slow(pm_lock_t *l);
 void pm_lock_wake_slow(pm_lock_t *l);
