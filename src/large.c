@@ -38,6 +38,59 @@ void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
     *count = pm_relaxed_load(&large_count);
 }
 
+/* ---- calloc of big blocks ---------------------------------------------
+ * A big block cut from resident free pages must be zeroed: by a memset,
+ * which writes every page, or by releasing them (madvise), after which the
+ * program faults in only the pages it touches, as with glibc's fresh mmap.
+ * The first wins for a block filled whole, the second by far for one
+ * touched at a few pages (doc/design.md), so the program's last watched
+ * block decides: 16 of its pages, one at a place of its own in each
+ * sixteenth, are handed out not resident, and at free fewer than two of
+ * them resident means the next block is released instead of written.  A
+ * block released or fresh from the OS is always watched (only mincore at
+ * free); a written one in WATCH_EVERY, as its 16 page faults and 32 system
+ * calls cost a filled calloc(4 MiB) as much as the memset
+ * (test_calloc_follows_use). */
+#define PM_CALLOC_WATCH ((size_t)4 << 20)
+#define WATCH_SAMPLES 16
+#define WATCH_EVERY 8
+
+static _Atomic int calloc_sparse;
+static _Atomic uint32_t calloc_count;
+
+/* The OS page that watched block p of size bytes shows in sample i. */
+static void *watch_page(const void *p, size_t size, unsigned i)
+{
+    size_t os = pm_os_page_size(), seg = size / WATCH_SAMPLES / os;
+    return (char *)p + ((size_t)i * seg + pm_mix64((uintptr_t)p ^ i) % seg) * os;
+}
+
+/* Zeroes big block s (p, size bytes) for calloc, and watches it. */
+static void calloc_big(pm_span_t *s, void *p, size_t size)
+{
+    s->calloc_watch = 1;
+    if (s->zeroed) return;
+    if (pm_relaxed_load(&calloc_sparse) && pm_os_release(p, s->npages << PM_PAGE_SHIFT) == 0) return;
+    memset(p, 0, size);
+    if (pm_relaxed_add(&calloc_count, 1) % WATCH_EVERY) {
+        s->calloc_watch = 0;
+        return;
+    }
+    for (unsigned i = 0; i < WATCH_SAMPLES; i++) pm_os_discard(watch_page(p, size, i), pm_os_page_size());
+}
+
+/* Watched block s is being freed: what the program touched of it. */
+static void watch_done(const pm_span_t *s)
+{
+    int n = 0;
+    for (unsigned i = 0; i < WATCH_SAMPLES; i++) {
+        int r = pm_os_resident(watch_page(page_addr(s->page), s->requested, i));
+        if (r < 0) return;
+        n += r;
+    }
+    pm_relaxed_store(&calloc_sparse, n * 8 < WATCH_SAMPLES);
+}
+
 /* size: what the application asked for; bytes (>= size): what to reserve. */
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
 {
@@ -57,9 +110,11 @@ void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
     s->requested = 0;
     s->usable_seen = 0;
     s->sample = NULL;
+    s->calloc_watch = 0;
     account(s, (int64_t)s->npages, size, 1);
     void *p = page_addr(s->page);
-    if (zero && !s->zeroed) memset(p, 0, size);
+    if (zero && size >= PM_CALLOC_WATCH) calloc_big(s, p, size);
+    else if (zero && !s->zeroed) memset(p, 0, size);
     return p;
 }
 
@@ -67,6 +122,8 @@ void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
  * from). */
 void pm_large_free(pm_span_t *s, int release)
 {
+    /* (a block realloc moved away from was read by the copy) */
+    if (s->calloc_watch && !release) watch_done(s);
     account(s, -(int64_t)s->npages, 0, -1);
     if (release) pm_pageheap_free_released(s);
     else pm_pageheap_free(s);
@@ -128,6 +185,7 @@ int pm_large_shed_reserve(pm_span_t *s)
  * test_alloc_realloc_large_in_place, test_alloc_realloc_headroom. */
 void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reserve)
 {
+    s->calloc_watch = 0; /* its watch pages are not where its new size puts them */
     size_t old = (size_t)s->npages << PM_PAGE_SHIFT, before = s->npages;
     size_t exact = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
     if (size < old) {

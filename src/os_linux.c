@@ -294,6 +294,15 @@ int pm_os_release(void *addr, size_t size)
     return rc == 0 && lo == a && hi == a + size ? 0 : -1;
 }
 
+int pm_os_resident(void *addr)
+{
+    int saved = errno;
+    unsigned char vec = 0;
+    int rc = mincore((void *)((uintptr_t)addr & ~(pm_os_page_size() - 1)), 1, &vec);
+    errno = saved;
+    return rc == 0 ? vec & 1 : -1;
+}
+
 size_t pm_os_page_size(void)
 {
     static _Atomic size_t cached;

@@ -46,6 +46,9 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size);
  * the range is not aligned to its pages (a kernel with pages above 8 KiB),
  * and some of the bytes keep their contents. */
 int pm_os_release(void *addr, size_t size);
+/* Whether the OS page at addr is resident (mincore): 1, 0, or -1 when it
+ * cannot tell. */
+int pm_os_resident(void *addr);
 /* pm_os_map(size, 0) for scratch memory (a dump's buffers), tried once
  * more when refused, after the give-back function set here (the
  * allocator's, at init) has returned memory it held: a dump after an
@@ -134,9 +137,10 @@ char *pm_os_getcwd(char *buf, size_t cap); /* buf, or NULL */
 /* A read-only private mapping of a whole regular, non-empty file (length
  * in *len, unmapped with pm_os_unmap), or NULL. */
 const void *pm_os_map_file(const char *path, size_t *len);
-/* Drops the pages of [addr, addr + size) (page-aligned) that a private
- * file mapping copied or read in: they are read from the file again when
- * next touched.  errno is kept. */
+/* Drops the pages of [addr, addr + size) (page-aligned): when next
+ * touched, a private file mapping's are read from the file again and
+ * anonymous ones read as zero (or, if the kernel refused, they keep their
+ * contents).  errno is kept. */
 void pm_os_discard(void *addr, size_t size);
 /* 1 when the calling thread has a robust futex list registered with the
  * kernel (glibc sets one up for each thread it starts). */

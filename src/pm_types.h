@@ -43,6 +43,9 @@ typedef struct pm_span {
                                  out of the page map already (pageheap.c) */
     uint8_t usable_seen;      /* large: malloc_usable_size was asked, so its
                                  bytes past `requested` may hold data */
+    uint8_t calloc_watch;     /* large: a calloc's, handed out zero without a
+                                 memset: only the program made its pages
+                                 resident (large.c) */
     uint32_t held_pin;        /* small, trimming: what it added to allocated */
     uint32_t held_carved;     /* small, trimming: carved before it was held */
     void *held;               /* small, trimming: its free objects, taken */

@@ -134,6 +134,118 @@ static void test_large_accounting(void **state)
     assert_int_equal(n, n0);
 }
 
+/* How many of the OS pages of [p, p + size) are resident. */
+static size_t resident_pages(const void *p, size_t size)
+{
+    size_t n = size / 4096, in = 0;
+    unsigned char *vec = calloc(n, 1);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)p, size, vec), 0);
+    for (size_t i = 0; i < n; i++) in += vec[i] & 1;
+    free(vec);
+    return in;
+}
+
+/* The page heap's only resident free run: size bytes, written, at the
+ * address returned. */
+static uint8_t *resident_run(size_t size)
+{
+    pm_pageheap_release_all();
+    uint8_t *x = pm_malloc(size);
+    assert_non_null(x);
+    memset(x, 1, size);
+    pm_free(x);
+    return x;
+}
+
+static void assert_zero(const uint8_t *p, size_t size)
+{
+    for (size_t i = 0; i < size; i += 4096 - 8) assert_int_equal(p[i], 0);
+    assert_int_equal(p[size - 1], 0);
+}
+
+/* calloc of a big block cut from resident free pages: after blocks the
+ * program touched at a byte, the pages are released rather than written;
+ * after one it filled, written (all but the 16 pages of a watch). */
+static void test_calloc_follows_use(void **state)
+{
+    (void)state;
+    const size_t size = (size_t)16 << 20, pages = size / 4096;
+    uint8_t *x;
+    for (int i = 0; i < 8; i++) { /* one written block in 8 is watched */
+        x = resident_run(size);
+        uint8_t *a = pm_calloc(1, size);
+        assert_ptr_equal(a, x);
+        /* (a read of a page maps it too: only these three are looked at) */
+        assert_int_equal(a[0] | a[size / 2] | a[size - 1], 0);
+        a[size / 2] = 1;
+        pm_free(a); /* touched at a few pages: sparse */
+    }
+
+    x = resident_run(size);
+    uint8_t *b = pm_calloc(1, size);
+    assert_ptr_equal(b, x);
+    assert_true(resident_pages(b, size) < pages / 64); /* released, not written */
+    assert_zero(b, size);
+    memset(b, 2, size);
+    pm_free(b); /* filled: dense */
+
+    x = resident_run(size);
+    uint8_t *c = pm_calloc(1, size);
+    assert_ptr_equal(c, x);
+    size_t in = resident_pages(c, size);
+    assert_true(in >= pages - 16); /* written (but for a watch's pages) */
+    assert_zero(c, size);
+    pm_free(c);
+}
+
+/* A large block realloc'd down to a small one leaves its pages resident
+ * in the page heap, for the next large block (one a growth leaves goes
+ * back at once: test_alloc_realloc_large_in_place). */
+static void test_realloc_large_to_small_keeps_pages(void **state)
+{
+    (void)state;
+    const size_t size = (size_t)512 << 10;
+    uint8_t *x = resident_run(size);
+    uint8_t *p = pm_malloc(size);
+    assert_ptr_equal(p, x);
+    memset(p, 3, size);
+    uint8_t *q = pm_realloc(p, 100);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, p);
+    for (int i = 0; i < 100; i++) assert_int_equal(q[i], 3);
+    assert_int_equal(resident_pages(p, size), size / 4096);
+    uint8_t *r = pm_malloc(size);
+    assert_ptr_equal(r, p); /* the same pages, still resident */
+    pm_free(r);
+    pm_free(q);
+}
+
+/* A large block under 1 MiB that realloc must copy to grow leaves its old
+ * copy resident, for the next block of its size (from 1 MiB the pages move
+ * with it: test_alloc_realloc_large_in_place). */
+static void test_realloc_copy_keeps_pages(void **state)
+{
+    (void)state;
+    const size_t size = (size_t)300 << 10, run = (size_t)4 << 20;
+    uint8_t *x = resident_run(run);
+    uint8_t *p = pm_malloc(size);
+    assert_ptr_equal(p, x);
+    memset(p, 4, size);
+    uint8_t *y = pm_malloc(size); /* right after p: p cannot grow in place */
+    assert_ptr_equal(y, p + pm_usable_size(p));
+    uint8_t *q = pm_realloc(p, 2 * size);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, p);
+    for (size_t i = 0; i < size; i += 4093) assert_int_equal(q[i], 4);
+    assert_int_equal(resident_pages(p, size), size / 4096);
+    uint8_t *r = pm_malloc(size);
+    assert_ptr_equal(r, p);
+    pm_free(r);
+    pm_free(q);
+    pm_free(y);
+}
+
 int main(void)
 {
     core_test_init();
@@ -141,6 +253,9 @@ int main(void)
         cmocka_unit_test(test_alloc_realloc_headroom),
         cmocka_unit_test(test_alloc_realloc_large_in_place),
         cmocka_unit_test(test_large_accounting),
+        cmocka_unit_test(test_calloc_follows_use),
+        cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
+        cmocka_unit_test(test_realloc_copy_keeps_pages),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }
