@@ -133,6 +133,11 @@ static int ph_trylock(void)
     return 1;
 }
 
+/* The state of a span found through the page map, under the lock: an
+ * in-use one's may change meanwhile, by a free that did not wait (defer),
+ * and is then still no FREE or RETURNED neighbour. */
+static inline uint8_t state_of(const pm_span_t *t) { return __atomic_load_n(&t->state, __ATOMIC_RELAXED); }
+
 /* In-use span s leaves that state for `state`, in one exchange: a second
  * free of it fails, on another thread too, whether the first one waited
  * for the lock or not (test_pageheap_deferred_double_free). */
@@ -439,14 +444,14 @@ static void mark_ends(pm_span_t *s)
 static void coalesce_insert_locked(pm_span_t *s)
 {
     pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-    if (prev && prev->state == s->state && prev->page + prev->npages == s->page) {
+    if (prev && state_of(prev) == s->state && prev->page + prev->npages == s->page) {
         list_remove(prev);
         s->page = prev->page;
         s->npages += prev->npages;
         spare_put_locked(prev);
     }
     pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-    if (next && next->state == s->state && next->page == s->page + s->npages) {
+    if (next && state_of(next) == s->state && next->page == s->page + s->npages) {
         list_remove(next);
         s->npages += next->npages;
         spare_put_locked(next);
@@ -656,7 +661,7 @@ static int can_unmap(uintptr_t page, size_t npages);
 static int long_free_at(uintptr_t page, int before)
 {
     pm_span_t *t = pm_pagemap_span(page);
-    return t && t->state == PM_SPAN_FREE && t->npages >= UNMAP_PAGES &&
+    return t && state_of(t) == PM_SPAN_FREE && t->npages >= UNMAP_PAGES &&
            (before ? t->page + t->npages == page + 1 : t->page == page) && can_unmap(t->page, t->npages);
 }
 
@@ -847,7 +852,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
     pm_span_t *t = pm_pagemap_span(s->page + s->npages);
     if (t && t->page == s->page + s->npages && t->npages >= need &&
-        (t->state == PM_SPAN_FREE || t->state == PM_SPAN_RETURNED)) {
+        (state_of(t) == PM_SPAN_FREE || state_of(t) == PM_SPAN_RETURNED)) {
         pm_age_t age = age_of(t);
         list_remove(t);
         if (t->npages > need) { /* the rest stays free, in the same struct */
@@ -1109,14 +1114,14 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
          * Not on the policy's own releases: the released runs are what the
          * next large blocks are cut from (bench/large's page faults). */
         pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-        if (prev && prev->state == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
+        if (prev && state_of(prev) == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
             list_remove(prev);
             s->page = prev->page;
             s->npages += prev->npages;
             spare_put_locked(prev);
         }
         pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-        if (next && next->state == PM_SPAN_RETURNED && next->page == s->page + s->npages) {
+        if (next && state_of(next) == PM_SPAN_RETURNED && next->page == s->page + s->npages) {
             list_remove(next);
             s->npages += next->npages;
             spare_put_locked(next);
