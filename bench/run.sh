@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            grow large bigmix frag replay pythreads pyrounds mixed mixed-mt
+#            grow large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
 #            medium server tide bigtouch bigrepeat holes rounds
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
@@ -31,7 +31,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large bigmix frag replay pythreads pyrounds
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large large-mt bigmix frag replay pythreads pyrounds
     mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
@@ -164,6 +164,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     large:full)        echo "large" ;;
     large:small)       echo "large -n 300" ;;
     large:quick)       echo "large -n 60" ;;
+    large-mt:full)     echo "large -t $THREADS" ;;
+    large-mt:small)    echo "large -t $THREADS -n 300" ;;
+    large-mt:quick)    echo "large -t $THREADS -n 60" ;;
     bigmix:full)       echo "bigmix" ;;
     bigmix:small)      echo "bigmix -n 3000 -l 128" ;;
     bigmix:quick)      echo "bigmix -n 500 -l 64" ;;
@@ -366,6 +369,7 @@ md="$OUT/benchmarks.md"
         [ -f "$src" ] || src=bench/$b.py
         desc=$(awk 'NR<=2 && sub(/^(\/\*|""")[ ]*[a-z]+ — /, "") { sub(/\.$/, ""); print; exit }' "$src")
         [ $w = churn-mt ] && desc="churn with $THREADS threads, each an independent churn of the same size (scaling check)"
+        [ $w = large-mt ] && desc="large with $THREADS threads at once, each its own live blocks (the page heap's lock)"
         [ $w = mixed-mt ] && desc="mixed with $THREADS threads, each its own table of live blocks"
         [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"

@@ -8,8 +8,10 @@
 # (16 B-256 KiB, 1 and 2 threads), medium (1-256 KiB only), server (trees
 # freed by another thread), tide (a live set rising to 320 MB and falling),
 # bigtouch (64 KiB-4 MiB, three bytes touched), bigrepeat (2-16 MiB
-# buffers filled), holes (1-3 MiB blocks among 10 000 free runs), rounds
-# (700 MB of small, medium and large blocks freed and made again),
+# buffers filled), large2 (64 KiB-8 MiB blocks, every page written, on two
+# threads at once: the page heap's lock), holes (1-3 MiB blocks among
+# 10 000 free runs), rounds (700 MB of small, medium and large blocks freed
+# and made again),
 # prodcons and churn, on glibc, jemalloc, tcmalloc, mimalloc, pm-0 and
 # pm: time and peak RSS against glibc and against the faster of tcmalloc
 # and mimalloc, and profiling's cost (pm / pm-0).
@@ -181,7 +183,7 @@ if [ $WHICH != core ]; then
         p=$(find_lib "${a#*:}")
         [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
     done
-    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat holes rounds)
+    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat large2 holes rounds)
     sz_cmd() {
         case $1 in
         mixed) echo "mixed -t 1" ;;
@@ -193,6 +195,7 @@ if [ $WHICH != core ]; then
         tide) echo "tide -n 2" ;;
         bigtouch) echo "bigtouch" ;;
         bigrepeat) echo "bigrepeat -n 1000" ;;
+        large2) echo "large -t 2" ;;
         holes) echo "holes" ;;
         rounds) echo "rounds -n 3" ;;
         esac

@@ -588,19 +588,22 @@ void pm_os_fatal(const char *msg, const void *ptr, int has_ptr)
 
 void pm_lock_wait_slow(pm_lock_t *l)
 {
-    pm_relaxed_add(&l->contended, 1);
     PM_USDT1(lock_contended, l);
-    for (int spin = 0; spin < 2000; spin++) {
+    for (int spin = 0; spin < PM_LOCK_SPIN; spin++) {
         int expected = 0;
         if (atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_weak_explicit(&l->state, &expected, 1,
                                                   memory_order_acquire,
                                                   memory_order_relaxed))
-            return;
+            goto held;
         __builtin_ia32_pause();
     }
     while (atomic_exchange_explicit(&l->state, 2, memory_order_acquire) != 0)
         pm_os_futex_wait(&l->state, 2);
+held:
+    /* counted once the lock's line is ours: an add before the spin took
+     * that line from the holder, which needs it to unlock */
+    pm_relaxed_add(&l->contended, 1);
 }
 
 void pm_lock_wake_slow(pm_lock_t *l)

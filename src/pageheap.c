@@ -7,7 +7,9 @@
  * madvises or unmaps them after dropping the lock, then re-inserts them as
  * RETURNED (or forgets them, unmapped).
  * Lock: ph.lock guards every list, counter and free span.  Must never make
- * a syscall under it: growth maps memory before taking it.
+ * a syscall under it: growth maps memory before taking it.  A free that
+ * finds it held does not wait: it leaves its span on ph.deferred, and the
+ * next thread to take the lock (ph_lock) puts it on the lists first.
  * Span structs come from meta.c through a spare pool topped up outside the
  * lock, so no operation allocates metadata while holding it.
  * A returned run of 1 MiB or more is unmapped (UNMAP_PAGES), and so is a
@@ -67,6 +69,9 @@ static struct {
     int short_of_space;          /* give-backs under way for RLIMIT_AS: holes
                                   * may split past max_extents */
     _Atomic uint64_t skew_ns;    /* added to the clock (tests: time passing) */
+    /* spans freed while the lock was held (DEFERRED, linked by next), on a
+     * line of their own: pushed without the lock */
+    _Atomic(pm_span_t *) deferred PM_ALIGNED(PM_CACHELINE);
 } ph = {.lock = PM_LOCK_INIT, .max_extents = PM_MAX_EXTENTS};
 
 /* The page heap's clock: read before the lock (vDSO), noted under it, so
@@ -91,6 +96,63 @@ static inline uint64_t clock_coarse(void)
 {
     if ((++clock_ops & (CLOCK_EVERY - 1)) == 0) return clock_now();
     return 0;
+}
+
+/* ---- the lock, and the frees that did not wait for it -------------------
+ * Threads making and freeing large or medium blocks at once met on this
+ * lock for every malloc and every free.  A free has nothing to return, so
+ * one that finds the lock held pushes its span on ph.deferred and goes on;
+ * whoever takes the lock next coalesces the pushed spans before anything
+ * else, so every operation ordered after the free (an allocation, the
+ * stats, a trim, a fork) sees the span free (test_pageheap_free_deferred,
+ * test_pageheap_deferred_frees_agree).  The release rules run at the next
+ * free that takes the lock, or the next tick. */
+static void coalesce_insert_locked(pm_span_t *s);
+
+static void drain_locked(void)
+{
+    pm_span_t *s = atomic_exchange_explicit(&ph.deferred, NULL, memory_order_acquire);
+    while (s) {
+        pm_span_t *next = s->next;
+        *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
+        coalesce_insert_locked(s);
+        s = next;
+    }
+}
+
+static void ph_lock(void)
+{
+    pm_lock(&ph.lock);
+    if (atomic_load_explicit(&ph.deferred, memory_order_relaxed)) drain_locked();
+}
+
+static int ph_trylock(void)
+{
+    if (!pm_trylock(&ph.lock)) return 0;
+    if (atomic_load_explicit(&ph.deferred, memory_order_relaxed)) drain_locked();
+    return 1;
+}
+
+/* The state of a span found through the page map, under the lock: an
+ * in-use one's may change meanwhile, by a free that did not wait (defer),
+ * and is then still no FREE or RETURNED neighbour. */
+static inline uint8_t state_of(const pm_span_t *t) { return __atomic_load_n(&t->state, __ATOMIC_RELAXED); }
+
+/* In-use span s leaves that state for `state`, in one exchange: a second
+ * free of it fails, on another thread too, whether the first one waited
+ * for the lock or not (test_pageheap_deferred_double_free). */
+static void in_use_to(pm_span_t *s, uint8_t state)
+{
+    PM_CHECK(__atomic_exchange_n(&s->state, state, __ATOMIC_RELAXED) == PM_SPAN_IN_USE, "free(): span freed twice");
+}
+
+static void defer(pm_span_t *s)
+{
+    in_use_to(s, PM_SPAN_DEFERRED);
+    pm_span_t *head = atomic_load_explicit(&ph.deferred, memory_order_relaxed);
+    do s->next = head;
+    while (!atomic_compare_exchange_weak_explicit(&ph.deferred, &head, s, memory_order_release,
+                                                  memory_order_relaxed));
 }
 
 static inline int kind_of(const pm_span_t *s) { return s->state == PM_SPAN_FREE ? KIND_FREE : KIND_RETURNED; }
@@ -298,7 +360,7 @@ static void mark_ends(pm_span_t *s);
  * it. */
 static int spares_from_heap(void)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     pm_span_t *s = best_fit_locked(1);
     if (!s) {
         pm_unlock(&ph.lock);
@@ -324,7 +386,7 @@ static int spares_from_heap(void)
     pm_span_t *structs = addr_of(page);
     size_t n = PM_PAGE_SIZE / sizeof *structs;
     for (size_t i = 0; i < n; i++) structs[i] = (pm_span_t){.next = i + 1 < n ? &structs[i + 1] : NULL};
-    pm_lock(&ph.lock);
+    ph_lock();
     structs[n - 1].next = ph.spare;
     ph.spare = structs;
     pm_relaxed_add(&ph.nspare, (unsigned)n);
@@ -343,7 +405,7 @@ static int reserve_spares(void)
             if (spares_from_heap() == 0) continue;
             return -1;
         }
-        pm_lock(&ph.lock);
+        ph_lock();
         s->next = ph.spare;
         ph.spare = s;
         pm_relaxed_add(&ph.nspare, 1);
@@ -382,14 +444,14 @@ static void mark_ends(pm_span_t *s)
 static void coalesce_insert_locked(pm_span_t *s)
 {
     pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-    if (prev && prev->state == s->state && prev->page + prev->npages == s->page) {
+    if (prev && state_of(prev) == s->state && prev->page + prev->npages == s->page) {
         list_remove(prev);
         s->page = prev->page;
         s->npages += prev->npages;
         spare_put_locked(prev);
     }
     pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-    if (next && next->state == s->state && next->page == s->page + s->npages) {
+    if (next && state_of(next) == s->state && next->page == s->page + s->npages) {
         list_remove(next);
         s->npages += next->npages;
         spare_put_locked(next);
@@ -544,7 +606,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     /* the new run's age: the clock as of now, not of the last free (an
      * unused rest older than the decay (pagerelease.c) is unmapped) */
     uint64_t now = clock_now();
-    pm_lock(&ph.lock);
+    ph_lock();
     clock_locked(now);
     ph.space_limited = limited;
     if (!ph.spare) {
@@ -599,7 +661,7 @@ static int can_unmap(uintptr_t page, size_t npages);
 static int long_free_at(uintptr_t page, int before)
 {
     pm_span_t *t = pm_pagemap_span(page);
-    return t && t->state == PM_SPAN_FREE && t->npages >= UNMAP_PAGES &&
+    return t && state_of(t) == PM_SPAN_FREE && t->npages >= UNMAP_PAGES &&
            (before ? t->page + t->npages == page + 1 : t->page == page) && can_unmap(t->page, t->npages);
 }
 
@@ -626,7 +688,7 @@ static int give_back_address_space(size_t n, size_t need)
     uint64_t now = clock_now();
     size_t room = pm_os_as_room();
     pm_span_t *picked[RELEASE_BATCH];
-    pm_lock(&ph.lock);
+    ph_lock();
     /* short of address space, a mapping split is better than ENOMEM
      * (test_pageheap_bound_yields_to_rlimit) */
     int short_of_space = room >> PM_PAGE_SHIFT < need;
@@ -656,10 +718,10 @@ static int give_back_address_space(size_t n, size_t need)
         size_t k = pick_long_locked(KIND_FREE, picked, UINT64_MAX, 0, 1);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) break; /* none left, or the kernel kept one */
-        pm_lock(&ph.lock);
+        ph_lock();
     }
     unmap_released();
-    pm_lock(&ph.lock);
+    ph_lock();
     ph.short_of_space -= short_of_space;
     int went = ph.mapped_pages < before;
     pm_unlock(&ph.lock);
@@ -671,7 +733,7 @@ static int give_back_address_space(size_t n, size_t need)
 static void give_back_failed(size_t n)
 {
     uint64_t now = clock_now();
-    pm_lock(&ph.lock);
+    ph_lock();
     if (now >= ph.give_back_ns || n < ph.give_back_fail_pages) ph.give_back_fail_pages = n;
     ph.give_back_ns = now + pm_release_decay_ns();
     pm_unlock(&ph.lock);
@@ -684,7 +746,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
     for (;;) {
         if (reserve_spares() != 0) return NULL;
         uint64_t now = clock_coarse();
-        pm_lock(&ph.lock);
+        ph_lock();
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             pm_span_t *s = best_fit_locked(n);
@@ -722,7 +784,7 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
     for (;;) {
         if (reserve_spares() != 0) return NULL;
         uint64_t now = clock_coarse();
-        pm_lock(&ph.lock);
+        ph_lock();
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
             uintptr_t at;
@@ -757,7 +819,7 @@ int pm_pageheap_shrink(pm_span_t *s, size_t n)
 {
     if (n == 0 || n >= s->npages) return 0;
     (void)reserve_spares(); /* one spare on hand is enough */
-    pm_lock(&ph.lock);
+    ph_lock();
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: shrinking a span not in use");
     if (!ph.spare) {
         pm_unlock(&ph.lock);
@@ -785,12 +847,12 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     size_t need = n - s->npages;
     int ok = 0;
     uint64_t now = clock_coarse();
-    pm_lock(&ph.lock);
+    ph_lock();
     clock_locked(now);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
     pm_span_t *t = pm_pagemap_span(s->page + s->npages);
     if (t && t->page == s->page + s->npages && t->npages >= need &&
-        (t->state == PM_SPAN_FREE || t->state == PM_SPAN_RETURNED)) {
+        (state_of(t) == PM_SPAN_FREE || state_of(t) == PM_SPAN_RETURNED)) {
         pm_age_t age = age_of(t);
         list_remove(t);
         if (t->npages > need) { /* the rest stays free, in the same struct */
@@ -815,7 +877,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
  * then on they may go to any mmap (see pick).  Undone by remark. */
 static void unmark_ends(pm_span_t *s)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: moving a span not in use");
     pm_pagemap_set_span(s->page, NULL);
     pm_pagemap_set_span(s->page + s->npages - 1, NULL);
@@ -826,7 +888,7 @@ static void unmark_ends(pm_span_t *s)
 /* The move did not happen: s is back at its old addresses. */
 static void remark(pm_span_t *s)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     heap_gains(s->page, s->npages);
     mark_ends(s);
     pm_unlock(&ph.lock);
@@ -834,7 +896,7 @@ static void remark(pm_span_t *s)
 
 static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     heap_gains(page, n);
     ph.mapped_pages += n - s->npages;
     s->page = page;
@@ -1052,14 +1114,14 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
          * Not on the policy's own releases: the released runs are what the
          * next large blocks are cut from (bench/large's page faults). */
         pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-        if (prev && prev->state == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
+        if (prev && state_of(prev) == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
             list_remove(prev);
             s->page = prev->page;
             s->npages += prev->npages;
             spare_put_locked(prev);
         }
         pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-        if (next && next->state == PM_SPAN_RETURNED && next->page == s->page + s->npages) {
+        if (next && state_of(next) == PM_SPAN_RETURNED && next->page == s->page + s->npages) {
             list_remove(next);
             s->npages += next->npages;
             spare_put_locked(next);
@@ -1141,7 +1203,7 @@ static size_t release_picked(pm_span_t **picked, size_t k)
         nrefused += fate[i] == OS_KEPT;
         stayed += fate[i] != OS_UNMAPPED;
     }
-    pm_lock(&ph.lock);
+    ph_lock();
     for (size_t i = 0; i < k; i++) {
         releasing_unlink_locked(picked[i]);
         if (fate[i] == OS_UNMAPPED) {
@@ -1184,22 +1246,25 @@ static void free_span(pm_span_t *s, int released)
     uint64_t now = clock_coarse(); /* vDSO: read before the lock */
     int releasing = released, fate = OS_KEPT;
     if (releasing) { /* its pages go outside the lock */
-        pm_lock(&ph.lock);
-        PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+        ph_lock();
+        in_use_to(s, PM_SPAN_RELEASING);
         releasing_link_locked(s);
         pm_unlock(&ph.lock);
         /* madvised, not unmapped, whatever its length: the growing program
          * soon wants pages again (bench/grow's page faults; malloc_trim
          * unmaps it) */
         fate = pm_os_release(addr_of(s->page), s->npages << PM_PAGE_SHIFT) == 0 ? OS_RELEASED : OS_KEPT;
+        ph_lock();
+    } else if (!ph_trylock()) { /* the holder's successor inserts it */
+        defer(s);
+        return;
     }
-    pm_lock(&ph.lock);
     clock_locked(now);
     if (releasing) {
         releasing_unlink_locked(s);
         if (fate == OS_KEPT) pm_release_refused_locked(ph.now);
     } else {
-        PM_CHECK(s->state == PM_SPAN_IN_USE, "free(): span freed twice");
+        in_use_to(s, PM_SPAN_FREE);
     }
     *s = (pm_span_t){.page = s->page, .npages = s->npages,
                      .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
@@ -1219,7 +1284,7 @@ int pm_pageheap_tick(void)
     pm_span_t *picked[RELEASE_BATCH], *stale[RELEASE_BATCH];
     size_t k, nstale;
     (void)reserve_spares(); /* for a long run cut to the tick's bound */
-    pm_lock(&ph.lock);
+    ph_lock();
     clock_locked(now);
     rules_locked(PM_RELEASE_TICK, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
@@ -1231,7 +1296,7 @@ void pm_pageheap_skip_time(uint64_t ns)
 {
     pm_relaxed_add(&ph.skew_ns, ns);
     uint64_t now = clock_now();
-    pm_lock(&ph.lock);
+    ph_lock();
     clock_locked(now); /* the next operation sees the time passed */
     pm_unlock(&ph.lock);
 }
@@ -1277,7 +1342,7 @@ static void unmap_released(void)
 {
     pm_span_t *picked[RELEASE_BATCH];
     for (;;) {
-        pm_lock(&ph.lock);
+        ph_lock();
         size_t k = pick_long_locked(KIND_RETURNED, picked, UINT64_MAX, 0, 0);
         pm_unlock(&ph.lock);
         if (!k || release_picked(picked, k)) return;
@@ -1290,11 +1355,11 @@ static void unmap_released(void)
 void pm_pageheap_release_all(void)
 {
     pm_span_t *picked[RELEASE_BATCH];
-    pm_lock(&ph.lock);
+    ph_lock();
     uint64_t left = ph.free_pages[KIND_FREE];
     pm_unlock(&ph.lock);
     while (left) {
-        pm_lock(&ph.lock);
+        ph_lock();
         uint64_t had = ph.free_pages[KIND_FREE];
         pm_release_plan_t all = {.keep_pages = 0}; /* every FREE span, longest first */
         size_t k = pick_plan_locked(&all, 1, picked);
@@ -1309,7 +1374,7 @@ void pm_pageheap_release_all(void)
 
 void pm_pageheap_stats(pm_pageheap_stats_t *out)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     out->mapped = ph.mapped_pages << PM_PAGE_SHIFT;
     out->free = ph.free_pages[KIND_FREE] << PM_PAGE_SHIFT;
     out->released = (ph.free_pages[KIND_RETURNED] + ph.releasing_pages) << PM_PAGE_SHIFT;
@@ -1342,7 +1407,7 @@ int pm_pageheap_verify(void)
 {
     int bad = 0;
     uint64_t pages[2] = {0, 0}, nfree = 0, naged = 0;
-    pm_lock(&ph.lock);
+    ph_lock();
     for (int kind = KIND_FREE; kind <= KIND_RETURNED && !bad; kind++)
         for (size_t i = 0; i <= LISTS && !bad; i++)
             for (pm_span_t *s = ph.lists[kind][i]; s && !bad; s = s->next) {
@@ -1373,20 +1438,20 @@ int pm_pageheap_verify(void)
 
 void pm_pageheap_set_max_extents(int64_t n)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     ph.max_extents = n;
     pm_unlock(&ph.lock);
 }
 
 int64_t pm_pageheap_extents(void)
 {
-    pm_lock(&ph.lock);
+    ph_lock();
     int64_t n = ph.extents;
     pm_unlock(&ph.lock);
     return n;
 }
 
-void pm_pageheap_lock_all(void) { pm_lock(&ph.lock); }
+void pm_pageheap_lock_all(void) { ph_lock(); }
 
 void pm_pageheap_unlock_all(int child)
 {

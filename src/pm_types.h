@@ -23,7 +23,8 @@
  * last page to them (a RELEASING one that may be unmapped: neither), and no
  * two FREE neighbours (or two RETURNED ones) exist: coalescing joins them
  * at once. */
-enum { PM_SPAN_IN_USE = 1, PM_SPAN_FREE, PM_SPAN_RETURNED, PM_SPAN_RELEASING };
+enum { PM_SPAN_IN_USE = 1, PM_SPAN_FREE, PM_SPAN_RETURNED, PM_SPAN_RELEASING,
+       PM_SPAN_DEFERRED /* freed while the page heap's lock was held (pageheap.c) */ };
 
 typedef struct pm_span {
     uintptr_t page;           /* first page number (address >> PM_PAGE_SHIFT) */

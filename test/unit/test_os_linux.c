@@ -1,6 +1,7 @@
 /* test_os_linux.c — unit tests of src/os_linux.c's file and memory calls
  * for the profiler (pm_os.h): each does what the system call it wraps
- * does, and keeps errno where the contract says so. */
+ * does, and keeps errno where the contract says so; and of the lock's
+ * slow path (pm_lock_wait_slow). */
 #include "core_test.h"
 
 #include <fcntl.h>
@@ -195,6 +196,137 @@ static void test_os_robust_list(void **state)
     assert_int_equal(in_thread, 1);
 }
 
+/* ---- the lock ------------------------------------------------------------ */
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct {
+    pm_lock_t *lock;
+    uint64_t *counter; /* written only under lock */
+    int rounds;
+} lock_arg_t;
+
+static void *lock_counter(void *p)
+{
+    lock_arg_t *a = p;
+    for (int i = 0; i < a->rounds; i++) {
+        pm_lock(a->lock);
+        uint64_t v = *(volatile uint64_t *)a->counter;
+        if (i % 512 == 0) usleep(200); /* held off CPU: waiters sleep on the futex */
+        *(volatile uint64_t *)a->counter = v + 1;
+        pm_unlock(a->lock);
+    }
+    return NULL;
+}
+
+/* Four threads (more than the cores of a small machine) add to one
+ * counter under the lock, a holder now and then sleeping with it held:
+ * no increment is lost, whether a waiter spun or slept. */
+static void test_lock_excludes(void **state)
+{
+    (void)state;
+    static pm_lock_t lock = PM_LOCK_INIT;
+    uint64_t counter = 0;
+    enum { THREADS = 4, ROUNDS = 20000 };
+    pthread_t t[THREADS];
+    lock_arg_t a = {&lock, &counter, ROUNDS};
+    for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, lock_counter, &a), 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    assert_int_equal(counter, (uint64_t)THREADS * ROUNDS);
+    assert_int_equal(atomic_load(&lock.state), 0);
+    assert_true(pm_relaxed_load(&lock.contended) > 0); /* the slow path ran */
+}
+
+typedef struct {
+    pm_lock_t lock;
+    _Atomic int word; /* the futex of a plain sleep (no lock) */
+    int plain;
+    sem_t held;
+} holder_arg_t;
+
+#define HOLD_NS 5000000u
+
+/* Holds the lock (or, plain, keeps the word at 0) for HOLD_NS off its
+ * CPU. */
+static void *hold_lock(void *p)
+{
+    holder_arg_t *a = p;
+    if (!a->plain) pm_lock(&a->lock);
+    sem_post(&a->held);
+    uint64_t until = mono_ns() + HOLD_NS;
+    while (mono_ns() < until) usleep(1000);
+    if (a->plain) {
+        atomic_store(&a->word, 1);
+        pm_os_futex_wake(&a->word, 1);
+    } else {
+        pm_unlock(&a->lock);
+    }
+    return NULL;
+}
+
+/* The CPU time this thread spends waiting for a holder off its CPU: in
+ * pm_lock, or plain, in a futex wait alone (what sleeping and waking cost
+ * here). */
+static uint64_t wait_cpu(int plain)
+{
+    holder_arg_t a = {.lock = PM_LOCK_INIT, .plain = plain};
+    sem_init(&a.held, 0, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_lock, &a), 0);
+    while (sem_wait(&a.held) != 0) {}
+    uint64_t c0 = thread_cpu_ns(), w0 = mono_ns();
+    if (plain) {
+        while (!atomic_load(&a.word)) pm_os_futex_wait(&a.word, 0);
+    } else {
+        pm_lock(&a.lock);
+    }
+    uint64_t cpu = thread_cpu_ns() - c0, waited = mono_ns() - w0;
+    if (!plain) pm_unlock(&a.lock);
+    pthread_join(t, NULL);
+    sem_destroy(&a.held);
+    assert_true(waited >= HOLD_NS / 2); /* it did wait for the holder */
+    return cpu;
+}
+
+/* A waiter whose lock stays held by a thread off its CPU spins
+ * PM_LOCK_SPIN pauses and then sleeps on the futex: it spends no more
+ * CPU time than a plain futex sleep and a few pauses, however long it
+ * waits (a waiter that spun 2000 pauses, 50 us here, burnt time slices
+ * the holder needed on a machine with more threads than cores).  The
+ * bound is calibrated here: pauses timed, a plain sleep measured. */
+static void test_lock_waiter_sleeps(void **state)
+{
+    (void)state;
+    uint64_t t0 = thread_cpu_ns();
+    for (int i = 0; i < 20000; i++) __builtin_ia32_pause();
+    double pause_ns = (double)(thread_cpu_ns() - t0) / 20000;
+    /* the least of nine tries of each, taken in turns: a busy machine may
+     * charge a try for an interrupt or a stolen slice */
+    uint64_t plain = UINT64_MAX, locked = UINT64_MAX;
+    for (int round = 0; round < 9; round++) {
+        uint64_t p = wait_cpu(1), l = wait_cpu(0);
+        if (p < plain) plain = p;
+        if (l < locked) locked = l;
+    }
+    /* twice the spin, and 20 us of slack */
+    double bound = (double)plain + 2.0 * PM_LOCK_SPIN * pause_ns + 20000.0;
+    if ((double)locked >= bound)
+        fail_msg("waiter used %.1f us of CPU (a plain futex sleep %.1f us, a pause %.1f ns)", locked / 1e3,
+                 plain / 1e3, pause_ns);
+}
+
 int main(void)
 {
     core_test_init();
@@ -205,6 +337,8 @@ int main(void)
         cmocka_unit_test(test_os_discard),
         cmocka_unit_test(test_os_robust_list),
         cmocka_unit_test(test_os_aligned_map_at_hint),
+        cmocka_unit_test(test_lock_excludes),
+        cmocka_unit_test(test_lock_waiter_sleeps),
     };
     return cmocka_run_group_tests_name("os_linux", tests, NULL, NULL) ? 1 : 0;
 }

@@ -1035,6 +1035,104 @@ static void test_pageheap_unmap_races_growth(void **state)
 }
 
 
+typedef struct {
+    pm_span_t *s;
+    int twice;          /* free it a second time (in a child: must abort) */
+    _Atomic int done;
+} defer_arg_t;
+
+static void *free_span_thread(void *p)
+{
+    defer_arg_t *a = p;
+    pm_pageheap_free(a->s);
+    if (a->twice) pm_pageheap_free(a->s);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* A free that finds the lock held does not wait for it: the span waits,
+ * and the next taker of the lock (here the stats) puts it on the lists. */
+static void test_pageheap_free_deferred(void **state)
+{
+    (void)state;
+    pm_span_t *s = pm_pageheap_alloc(5);
+    assert_non_null(s);
+    uint64_t in_use = ph_stats().in_use;
+    defer_arg_t a = {.s = s};
+    pthread_t t;
+    pm_pageheap_lock_all();
+    assert_int_equal(pthread_create(&t, NULL, free_span_thread, &a), 0);
+    for (int i = 0; i < 2000 && !atomic_load(&a.done); i++) usleep(1000);
+    int done_while_held = atomic_load(&a.done);
+    int deferred = s->state == PM_SPAN_DEFERRED;
+    pm_pageheap_unlock_all(0);
+    pthread_join(t, NULL);
+    assert_true(done_while_held);
+    assert_true(deferred);
+    assert_int_equal(ph_stats().in_use, in_use - 5 * PAGE);
+    assert_int_equal(pm_pageheap_verify(), 0);
+    /* its pages are the heap's again: the same request takes them */
+    pm_span_t *again = pm_pageheap_alloc(5);
+    assert_non_null(again);
+    pm_pageheap_free(again);
+}
+
+static void free_deferred_twice(void *p)
+{
+    defer_arg_t *a = p;
+    pm_pageheap_lock_all();
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_span_thread, a) == 0) pthread_join(t, NULL);
+}
+
+/* A span freed twice while its first free waits for the lock is still
+ * caught. */
+static void test_pageheap_deferred_double_free(void **state)
+{
+    (void)state;
+    pm_span_t *s = pm_pageheap_alloc(3);
+    assert_non_null(s);
+    defer_arg_t a = {.s = s, .twice = 1};
+    char out[512];
+    int status = run_in_child(free_deferred_twice, &a, out, sizeof out);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    assert_non_null(strstr(out, "span freed twice"));
+    pm_pageheap_free(s);
+}
+
+enum { DEFER_THREADS = 4, DEFER_SLOTS = 16, DEFER_STEPS = 20000 };
+
+static void *defer_worker(void *p)
+{
+    unsigned r = (unsigned)(uintptr_t)p;
+    pm_span_t *slot[DEFER_SLOTS] = {0};
+    for (int i = 0; i < DEFER_STEPS; i++) {
+        int k = rand_r(&r) % DEFER_SLOTS;
+        if (slot[k]) pm_pageheap_free(slot[k]);
+        slot[k] = pm_pageheap_alloc(1 + (size_t)rand_r(&r) % 300);
+        if (slot[k]) *page_ptr(slot[k]->page) = 1;
+    }
+    for (int k = 0; k < DEFER_SLOTS; k++)
+        if (slot[k]) pm_pageheap_free(slot[k]);
+    return NULL;
+}
+
+/* Threads freeing and allocating spans at once, many frees left for the
+ * lock's next taker: every span comes back, the lists agree, and the
+ * heap's pages in use are what they were. */
+static void test_pageheap_deferred_frees_agree(void **state)
+{
+    (void)state;
+    uint64_t in_use = ph_stats().in_use;
+    pthread_t t[DEFER_THREADS];
+    for (int i = 0; i < DEFER_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, defer_worker, (void *)(uintptr_t)(i * 7919 + 3)), 0);
+    for (int i = 0; i < DEFER_THREADS; i++) pthread_join(t[i], NULL);
+    assert_int_equal(pm_pageheap_verify(), 0);
+    assert_int_equal(ph_stats().in_use, in_use);
+    pm_pageheap_release_all();
+}
+
 int main(void)
 {
     core_test_init();
@@ -1059,6 +1157,9 @@ int main(void)
         cmocka_unit_test(test_pageheap_random_ops_agree),
         cmocka_unit_test(test_pageheap_unmaps_long_runs),
         cmocka_unit_test(test_pageheap_unmap_races_growth),
+        cmocka_unit_test(test_pageheap_free_deferred),
+        cmocka_unit_test(test_pageheap_deferred_double_free),
+        cmocka_unit_test(test_pageheap_deferred_frees_agree),
         cmocka_unit_test(test_pageheap_fork_while_releasing),
         cmocka_unit_test(test_os_release_whole_pages),
     };
