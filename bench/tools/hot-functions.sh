@@ -68,6 +68,11 @@ run "" python3 -c 'import subprocess, json; subprocess.run(["true"]); json.dumps
     echo "# whose paths depend on the unwind tables of the program sampled."
     echo "prof_unwind.o"
     echo "prof_unwind_cfi.o"
+    echo "# The lock's slow paths, which valgrind (one thread at a time) seldom runs."
+    echo "pm_lock_wait_slow"
+    echo "pm_lock_wake_slow"
+    echo "pm_os_futex_wait"
+    echo "pm_os_futex_wake"
     for d in $(seq 1 $i); do
         python3 - "$tmp/$d"/cg.* <<'PY' | sort -u
 import re, sys
