@@ -302,14 +302,15 @@ void *pm_realloc(void *p, size_t size)
     }
     memcpy(q, p, size < old ? size : old);
     if (s->cls == 0) {
-        /* a big block a growth could not move with its pages goes back to
-         * the OS at once, as mremap would have left nothing behind; a
-         * smaller one stays resident for the next block, as one left for a
-         * small block does: buffers that grow side by side, or go back and
-         * forth, faulted their pages in at every copy
-         * (test_realloc_copy_keeps_pages, test_realloc_large_to_small_keeps_pages). */
+        /* a large block a growth leaves goes back to the OS at once, as
+         * mremap leaves nothing behind: a block growing in steps would
+         * otherwise leave every step resident in the page heap, and the
+         * default cap keeps young free runs (pagerelease.c, bench/grow).
+         * One left for a small block stays, for the next large one: a
+         * buffer that goes back and forth faulted its pages in each time
+         * (test_realloc_large_to_small_keeps_pages). */
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
-        pm_large_free(s, size > old && pm_large_is_big(s));
+        pm_large_free(s, size > old);
     } else {
         pm_free_inline(p);
     }

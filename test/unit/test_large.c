@@ -221,31 +221,6 @@ static void test_realloc_large_to_small_keeps_pages(void **state)
     pm_free(q);
 }
 
-/* A large block under 1 MiB that realloc must copy to grow leaves its old
- * copy resident, for the next block of its size (from 1 MiB the pages move
- * with it: test_alloc_realloc_large_in_place). */
-static void test_realloc_copy_keeps_pages(void **state)
-{
-    (void)state;
-    const size_t size = (size_t)300 << 10, run = (size_t)4 << 20;
-    uint8_t *x = resident_run(run);
-    uint8_t *p = pm_malloc(size);
-    assert_ptr_equal(p, x);
-    memset(p, 4, size);
-    uint8_t *y = pm_malloc(size); /* right after p: p cannot grow in place */
-    assert_ptr_equal(y, p + pm_usable_size(p));
-    uint8_t *q = pm_realloc(p, 2 * size);
-    assert_non_null(q);
-    assert_ptr_not_equal(q, p);
-    for (size_t i = 0; i < size; i += 4093) assert_int_equal(q[i], 4);
-    assert_int_equal(resident_pages(p, size), size / 4096);
-    uint8_t *r = pm_malloc(size);
-    assert_ptr_equal(r, p);
-    pm_free(r);
-    pm_free(q);
-    pm_free(y);
-}
-
 int main(void)
 {
     core_test_init();
@@ -255,7 +230,6 @@ int main(void)
         cmocka_unit_test(test_large_accounting),
         cmocka_unit_test(test_calloc_follows_use),
         cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
-        cmocka_unit_test(test_realloc_copy_keeps_pages),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }
