@@ -68,15 +68,12 @@ static void *watch_page(const void *p, size_t size, unsigned i)
 /* Zeroes big block s (p, size bytes) for calloc, and watches it. */
 static void calloc_big(pm_span_t *s, void *p, size_t size)
 {
-    s->calloc_watch = 1;
-    if (s->zeroed) return;
-    if (pm_relaxed_load(&calloc_sparse) && pm_os_release(p, s->npages << PM_PAGE_SHIFT) == 0) return;
-    memset(p, 0, size);
-    if (pm_relaxed_add(&calloc_count, 1) % WATCH_EVERY) {
-        s->calloc_watch = 0;
-        return;
+    if (!s->zeroed && !(pm_relaxed_load(&calloc_sparse) && pm_os_release(p, s->npages << PM_PAGE_SHIFT) == 0)) {
+        memset(p, 0, size);
+        if (pm_relaxed_add(&calloc_count, 1) % WATCH_EVERY) return;
+        for (unsigned i = 0; i < WATCH_SAMPLES; i++) pm_os_discard(watch_page(p, size, i), pm_os_page_size());
     }
-    for (unsigned i = 0; i < WATCH_SAMPLES; i++) pm_os_discard(watch_page(p, size, i), pm_os_page_size());
+    s->calloc_watch = 1;
 }
 
 /* Watched block s is being freed: what the program touched of it. */

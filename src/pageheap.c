@@ -109,13 +109,21 @@ static inline uint64_t clock_coarse(void)
  * free that takes the lock, or the next tick. */
 static void coalesce_insert_locked(pm_span_t *s);
 
+/* Freed span s goes on the lists as a fresh free span of `state`. */
+static void insert_freed_locked(pm_span_t *s, uint8_t state)
+{
+    *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = state};
+    coalesce_insert_locked(s);
+}
+
+/* Just after taking the lock: the spans pushed meanwhile go on the lists. */
 static void drain_locked(void)
 {
+    if (!atomic_load_explicit(&ph.deferred, memory_order_relaxed)) return;
     pm_span_t *s = atomic_exchange_explicit(&ph.deferred, NULL, memory_order_acquire);
     while (s) {
         pm_span_t *next = s->next;
-        *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
-        coalesce_insert_locked(s);
+        insert_freed_locked(s, PM_SPAN_FREE);
         s = next;
     }
 }
@@ -123,13 +131,13 @@ static void drain_locked(void)
 static void ph_lock(void)
 {
     pm_lock(&ph.lock);
-    if (atomic_load_explicit(&ph.deferred, memory_order_relaxed)) drain_locked();
+    drain_locked();
 }
 
 static int ph_trylock(void)
 {
     if (!pm_trylock(&ph.lock)) return 0;
-    if (atomic_load_explicit(&ph.deferred, memory_order_relaxed)) drain_locked();
+    drain_locked();
     return 1;
 }
 
@@ -1266,9 +1274,7 @@ static void free_span(pm_span_t *s, int released)
     } else {
         in_use_to(s, PM_SPAN_FREE);
     }
-    *s = (pm_span_t){.page = s->page, .npages = s->npages,
-                     .state = fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE};
-    coalesce_insert_locked(s);
+    insert_freed_locked(s, fate == OS_RELEASED ? PM_SPAN_RETURNED : PM_SPAN_FREE);
     rules_locked(PM_RELEASE_FREE, picked, &k, stale, &nstale);
     pm_unlock(&ph.lock);
     release_both(picked, k, stale, nstale);
@@ -1474,7 +1480,6 @@ void pm_pageheap_unlock_all(int child)
             forget_locked(s);
             continue;
         }
-        *s = (pm_span_t){.page = s->page, .npages = s->npages, .state = PM_SPAN_FREE};
-        coalesce_insert_locked(s);
+        insert_freed_locked(s, PM_SPAN_FREE);
     }
 }

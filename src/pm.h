@@ -89,21 +89,18 @@ typedef struct pm_lock {
 void pm_lock_wait_slow(pm_lock_t *l);
 void pm_lock_wake_slow(pm_lock_t *l);
 
-PM_INLINE void pm_lock(pm_lock_t *l)
-{
-    int expected = 0;
-    if (PM_LIKELY(atomic_compare_exchange_strong_explicit(
-            &l->state, &expected, 1, memory_order_acquire, memory_order_relaxed)))
-        return;
-    pm_lock_wait_slow(l);
-}
-
 /* 1: taken; 0: held by another thread (nothing is counted). */
 PM_INLINE int pm_trylock(pm_lock_t *l)
 {
     int expected = 0;
     return atomic_compare_exchange_strong_explicit(&l->state, &expected, 1, memory_order_acquire,
                                                    memory_order_relaxed);
+}
+
+PM_INLINE void pm_lock(pm_lock_t *l)
+{
+    if (PM_LIKELY(pm_trylock(l))) return;
+    pm_lock_wait_slow(l);
 }
 
 PM_INLINE void pm_unlock(pm_lock_t *l)
