@@ -156,6 +156,44 @@ static inline uint64_t keep_limit(const pm_central_t *c)
     return n < c->kept_cap ? n : c->kept_cap;
 }
 
+/* Room: beyond keep_limit, a class may keep empty spans while it owns no
+ * more than it had in use at once since the last tick, so a batch made and
+ * freed whole comes back without the page heap; one budget for all
+ * classes, since a class's spans serve no other (doc/design.md;
+ * test_central_room_keeps_batch, test_central_room_bounded). */
+static _Atomic size_t room_bytes;
+
+static inline size_t span_bytes(unsigned cls) { return (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT; }
+
+/* Whether c may keep one more empty span on the room budget, and if so
+ * charges it.  Under c's lock. */
+static int room_take(pm_central_t *c)
+{
+    if (c->spans > c->in_use_high || c->kept >= c->kept_cap) return 0;
+    size_t b = span_bytes(c->cls), have = atomic_load_explicit(&room_bytes, memory_order_relaxed);
+    do {
+        if (have + b > PM_ROOM_BYTES) return 0;
+    } while (!atomic_compare_exchange_weak_explicit(&room_bytes, &have, have + b, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    c->room_n++;
+    return 1;
+}
+
+/* Gives n of c's room spans (at most all) back to the budget. */
+static void room_give(pm_central_t *c, uint32_t n)
+{
+    if (n > c->room_n) n = c->room_n;
+    if (!n) return;
+    atomic_fetch_sub_explicit(&room_bytes, n * span_bytes(c->cls), memory_order_relaxed);
+    c->room_n -= n;
+}
+
+/* After c->kept fell: no more room spans than kept ones. */
+static void room_fit(pm_central_t *c)
+{
+    if (c->room_n > c->kept) room_give(c, c->room_n - c->kept);
+}
+
 /* A fresh span for class cls, with every page mapped to it.  Its pages'
  * class words stay 0 until the carve reaches them (cut_pages), so a free
  * of an object no malloc was given, on a page not reached yet, misses
@@ -246,7 +284,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         /* a kept span in use again; not a fresh one (nothing carved yet),
          * which a put may have queued behind kept spans while this get
          * had the lock dropped for new_span */
-        if (s->allocated == 0 && s->carved && c->kept) kept_set(c, c->kept - 1);
+        if (s->allocated == 0 && s->carved && c->kept) {
+            kept_set(c, c->kept - 1);
+            room_give(c, 1);
+        }
         while (k < n && s->freelist) {
             void *o = s->freelist;
             if (pm_config_debug && !cut_from(s, o)) pm_bad_link(0, o);
@@ -271,6 +312,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     }
     c->out += k;
     c->span_free -= k;
+    if (c->spans - c->kept > c->in_use_high) c->in_use_high = c->spans - c->kept;
     pm_unlock(&c->lock);
     *got = k;
     return chain;
@@ -328,16 +370,19 @@ static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32
         s->freelist = o;
         if (--s->allocated == 0) {
             if (s->on_list) unlink_span(s);
-            if (c->kept < keep_limit(c)) { /* kept for the next get, last in line */
+            if (c->kept < keep_limit(c) || room_take(c)) { /* kept for the next get, last in line */
                 kept_set(c, c->kept + 1);
                 link_span(c, s, 1);
-                continue;
+            } else {
+                empty = leave_locked(c, s, empty);
             }
-            empty = leave_locked(c, s, empty);
-            /* fewer in use: the kept spans past the bound go too, so a
-             * class the program has moved on from keeps kept_max (strings
-             * grown through the classes by realloc, bench/realloc) */
-            if (c->kept > keep_limit(c)) empty = unkeep_locked(c, keep_limit(c), empty);
+            /* fewer in use: the kept spans past the bound are charged to
+             * the room while it lasts, or go, so a class the program has
+             * moved on from keeps kept_max (strings grown through the
+             * classes by realloc, bench/realloc) */
+            uint64_t limit = keep_limit(c);
+            while (c->kept > limit + c->room_n && room_take(c)) {}
+            if (c->kept > limit + c->room_n) empty = unkeep_locked(c, limit + c->room_n, empty);
         } else if (s->trimming) {
             continue; /* held by malloc_trim, which links it back */
         } else if (!s->on_list) {
@@ -430,6 +475,7 @@ static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep, pm_span_t *empty
         empty = leave_locked(c, s, empty);
     }
     if (!keep) kept_set(c, 0);
+    room_fit(c);
     return empty;
 }
 
@@ -467,6 +513,7 @@ void pm_central_tick(void)
         if (c->busy) {
             c->busy = 0;
             c->idle_ticks = 0;
+            c->in_use_high = c->spans - c->kept;
         } else if (++c->idle_ticks >= PM_KEEP_IDLE_TICKS) {
             empty = unkeep_locked(c, 0, NULL);
             empty = unpark_locked(c, c->cls, c->park_max, empty);
@@ -541,6 +588,7 @@ uint64_t pm_central_release_free(void)
             continue;
         }
         kept_set(c, 0); /* kept spans are held too, and freed when given back */
+        room_fit(c);
         while (c->nonempty.next != &c->nonempty) {
             pm_span_t *s = c->nonempty.next;
             unlink_span(s);

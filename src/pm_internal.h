@@ -224,6 +224,9 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
 void pm_central_tick(void);                /* kept empty spans of idle classes go back */
+/* Empty spans all classes together may keep beyond their in-use share, for
+ * a class back to the most it had in use since the last tick (central.c). */
+#define PM_ROOM_BYTES ((size_t)2 << 20)
 uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);

@@ -150,6 +150,8 @@ typedef struct pm_central {
     pm_span_t *trim_held;        /* spans malloc_trim holds (central.c) */
     uint32_t kept, kept_max;     /* empty spans left on the list (central.c) */
     uint32_t kept_cap;           /* ... never more than this (central.c keep_limit) */
+    uint64_t in_use_high;        /* most spans in use since the last tick (central.c room_take) */
+    uint32_t room_n;             /* kept spans charged to the room budget, <= kept (central.c) */
     uint32_t idle_ticks;         /* ticks without a get or put (central.c) */
     uint8_t busy;                /* a get or put since the last tick */
     uint8_t deep;                /* parked past park_max since the last idle tick (atomic) */

@@ -490,8 +490,8 @@ static void test_central_keeps_empty_span(void **state)
 /* A class keeps as many empty spans as it has in use: of 40 one-object
  * spans, 20 freed stay kept (each a span the page heap need not coalesce,
  * split and map again) and are reused without a page-heap operation; once
- * the other 20 are freed too, the class keeps kept_max, and when idle
- * none. */
+ * the other 20 are freed too, the class keeps kept_max and what the room
+ * budget allows, and when idle none. */
 static void test_central_keeps_in_proportion(void **state)
 {
     (void)state;
@@ -516,12 +516,101 @@ static void test_central_keeps_in_proportion(void **state)
     assert_int_equal(c->kept, 0);
     for (int i = 0; i < N; i++) pm_central_put(cls, o[i], 1);
     assert_true(c->kept_max >= 1);
-    assert_int_equal(c->kept, c->kept_max);
-    assert_int_equal(c->spans, c->kept_max);
+    /* and those the room budget holds for a class back to its peak */
+    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    assert_true(c->room_n >= 1 && c->room_n * span <= PM_ROOM_BYTES);
+    assert_int_equal(c->kept, c->kept_max + c->room_n);
+    assert_int_equal(c->spans, c->kept);
     for (int i = 0; i < 16 && c->kept; i++) pm_central_tick();
     assert_int_equal(c->kept, 0);
     assert_int_equal(c->spans, 0);
     assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
+/* A batch of spans made and freed whole is kept whole (the room beyond
+ * as many as are in use, up to the most in use since the last tick): the
+ * same batch again takes no page-heap operation.  A tick with the class
+ * busy lowers the peak to what is in use then, so the next batch freed
+ * keeps kept_max only. */
+static void test_central_room_keeps_batch(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    unsigned cls = class_of_size(160 * 1024); /* one object a span */
+    pm_central_t *c = pm_central_of(cls);
+    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    void *o[N];
+    uint32_t got;
+    pm_central_drain();
+    assert_true(N * span <= PM_ROOM_BYTES);
+    pm_pageheap_stats_t before = ph_stats();
+    for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
+    assert_int_equal(c->in_use_high, N);
+    for (int i = 0; i < N; i++) pm_central_put(cls, o[i], 1);
+    assert_int_equal(c->spans, N);
+    assert_int_equal(c->kept + c->parked, N);
+    pm_pageheap_stats_t kept = ph_stats();
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
+        assert_int_equal(c->kept, 0);
+        assert_int_equal(c->room_n, 0); /* reuse gives the budget back */
+        for (int i = 0; i < N; i++) pm_central_put(cls, o[i], 1);
+        assert_int_equal(ph_stats().in_use, kept.in_use); /* no page-heap operation */
+    }
+    /* a tick while the class is busy: the peak is what is in use, none */
+    for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
+    pm_central_tick();
+    assert_int_equal(c->in_use_high, N);
+    for (int i = 0; i < N; i++) pm_central_put(cls, o[i], 1);
+    pm_central_tick(); /* busy: peak = 0 in use */
+    assert_int_equal(c->in_use_high, 0);
+    for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
+    pm_central_tick();
+    c->in_use_high = 0; /* as if the batch had been made before the tick */
+    for (int i = 0; i < N; i++) pm_central_put(cls, o[i], 1);
+    assert_int_equal(c->room_n, 0);
+    assert_true(c->kept <= c->kept_max);
+    for (int i = 0; i < 16 && c->kept; i++) pm_central_tick();
+    pm_central_drain();
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
+/* The room is one budget for all classes: two classes freeing batches of
+ * 3 MiB each keep at most PM_ROOM_BYTES between them beyond kept_max, and
+ * a class whose kept spans go back returns its share to the other. */
+static void test_central_room_bounded(void **state)
+{
+    (void)state;
+    unsigned a = class_of_size(160 * 1024), b = class_of_size(96 * 1024);
+    assert_int_not_equal(a, b);
+    pm_central_t *ca = pm_central_of(a), *cb = pm_central_of(b);
+    size_t sa = (size_t)pm_class_pages[a] << PM_PAGE_SHIFT, sb = (size_t)pm_class_pages[b] << PM_PAGE_SHIFT;
+    /* objects for 3 MiB of spans each */
+    uint32_t na = (uint32_t)((3u << 20) / sa * (sa / pm_class_size[a]));
+    uint32_t nb = (uint32_t)((3u << 20) / sb * (sb / pm_class_size[b]));
+    void **oa = calloc(na, sizeof *oa), **ob = calloc(nb, sizeof *ob);
+    uint32_t got;
+    pm_central_drain();
+    assert_int_equal(ca->room_n + cb->room_n, 0);
+    for (uint32_t i = 0; i < na; i++) assert_non_null(oa[i] = pm_central_get(a, 1, &got));
+    for (uint32_t i = 0; i < nb; i++) assert_non_null(ob[i] = pm_central_get(b, 1, &got));
+    for (uint32_t i = 0; i < na; i++) pm_central_put(a, oa[i], 1);
+    assert_true(ca->room_n * sa <= PM_ROOM_BYTES && ca->room_n * sa > PM_ROOM_BYTES - sa);
+    for (uint32_t i = 0; i < nb; i++) pm_central_put(b, ob[i], 1);
+    assert_true(ca->room_n * sa + cb->room_n * sb <= PM_ROOM_BYTES);
+    assert_true(ca->kept <= ca->kept_max + ca->room_n && cb->kept <= cb->kept_max + cb->room_n);
+    /* a's kept spans go (its class idle): b may take the room */
+    uint32_t b_room = cb->room_n;
+    pm_central_drain();
+    assert_int_equal(ca->room_n + cb->room_n, 0);
+    for (uint32_t i = 0; i < nb; i++) assert_non_null(ob[i] = pm_central_get(b, 1, &got));
+    for (uint32_t i = 0; i < nb; i++) pm_central_put(b, ob[i], 1);
+    assert_true(cb->room_n > b_room);
+    assert_true(cb->room_n * sb <= PM_ROOM_BYTES);
+    pm_central_drain();
+    free(oa);
+    free(ob);
 }
 
 /* A class above 1 KiB parks up to a quarter of the objects it has out
@@ -583,6 +672,8 @@ int main(void)
         cmocka_unit_test(test_central_partial_slots),
         cmocka_unit_test(test_central_keeps_empty_span),
         cmocka_unit_test(test_central_keeps_in_proportion),
+        cmocka_unit_test(test_central_room_keeps_batch),
+        cmocka_unit_test(test_central_room_bounded),
         cmocka_unit_test(test_central_park_cap),
         cmocka_unit_test(test_central_parks_in_proportion),
     };
