@@ -326,6 +326,7 @@ void pm_sites_init(void);
 uint64_t pm_sites_live_samples(void);
 uint64_t pm_sites_mapped_bytes(void); /* records and large tables (metadata) */
 uint64_t pm_sites_inline_records(void); /* live records not in slabs */
+uint64_t pm_sites_hashed_records(void); /* live records in the hash tables (tests) */
 int pm_sites_sampled_any(void);
 void pm_sites_lock_all(void);
 void pm_sites_unlock_all(int child);

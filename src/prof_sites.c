@@ -134,6 +134,19 @@ uint64_t pm_sites_inline_records(void)
     return n;
 }
 
+uint64_t pm_sites_hashed_records(void)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < SHARDS; i++) {
+        shard_t *sh = &prof.shards[i];
+        pm_lock(&sh->lock);
+        for (uint64_t h = 0; h < sh->records.nheads; h++)
+            for (node_t *x = sh->records.heads[h]; x; x = x->next) n++;
+        pm_unlock(&sh->lock);
+    }
+    return n;
+}
+
 static void *map_counted(size_t bytes, size_t align)
 {
     void *p = pm_os_map(bytes, align);
@@ -696,14 +709,18 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         record_t *r = record_take_locked(sh);
         *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
                         .size = size};
-        table_insert(&sh->records, &r->node);
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {
+            table_insert(&sh->records, &r->node);
             if (s->nsampled < 2) s->sampled[s->sampled[0] ? 1 : 0] = p;
             else s->sampled_overflow = 1;
             s->nsampled++;
             pm_pagemap_mark_sampled(page, 1);
         } else {
+            /* a large block's span finds its record: no hash-table line
+             * to miss at either end (test_prof_sites.c:
+             * test_large_sample_off_table) */
+            sh->records.count++;
             s->sample = r;
         }
         pm_unlock(&sh->lock);
@@ -757,7 +774,8 @@ void pm_sites_remove(pm_span_t *s, void *p)
     shard_t *sh = shard_of(s);
     slab_t *empty = NULL;
     pm_lock(&sh->lock);
-    record_t **link = find_locked(sh, (uintptr_t)p);
+    record_t *large = s->cls ? NULL : s->sample;
+    record_t **link = s->cls ? find_locked(sh, (uintptr_t)p) : large && large->key == (uintptr_t)p ? &large : NULL;
     if (link && *link) {
         record_t *r = *link;
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
@@ -767,7 +785,7 @@ void pm_sites_remove(pm_span_t *s, void *p)
         uint64_t ab = pm_relaxed_load(&totals[1]), live = ab > fb ? (ab - fb) >> FX_SHIFT : 0;
         uint64_t low = pm_relaxed_load(&live_low);
         while (live < low && !atomic_compare_exchange_weak(&live_low, &low, live)) {}
-        *link = (record_t *)r->node.next;
+        if (s->cls) *link = (record_t *)r->node.next;
         empty = record_put_locked(sh, r);
         sh->records.count--;
         if (s->cls) {

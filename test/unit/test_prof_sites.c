@@ -142,6 +142,40 @@ static void test_records_from_chunks(void **state)
     }
 }
 
+/* A large block's record hangs from its span only: the hash tables hold
+ * the small blocks' records, and a large sample is counted and dropped
+ * all the same, also when realloc resizes or moves the block. */
+static void test_large_sample_off_table(void **state)
+{
+    (void)state;
+    enum { N = 24 };
+    void *big[N], *small[N];
+    assert_int_equal(pm_sites_live_samples(), 0);
+    profmalloc_set_sample_rate(1);
+    for (int i = 0; i < N; i++) {
+        assert_non_null(big[i] = pm_malloc((300u << 10) + 4096 * (size_t)i));
+        assert_non_null(small[i] = pm_malloc(48));
+    }
+    profmalloc_set_sample_rate(0);
+    assert_int_equal(pm_sites_live_samples(), 2 * N);
+    assert_int_equal(pm_sites_hashed_records(), N);
+    for (int i = 0; i < N; i++) assert_non_null(span_of(big[i])->sample);
+    profmalloc_set_sample_rate(1);
+    big[0] = pm_realloc(big[0], 200u << 10); /* shrinks in place */
+    big[1] = pm_realloc(big[1], 4u << 20);   /* grows or moves */
+    profmalloc_set_sample_rate(0);
+    assert_non_null(big[0]);
+    assert_non_null(big[1]);
+    assert_int_equal(pm_sites_live_samples(), 2 * N);
+    assert_int_equal(pm_sites_hashed_records(), N);
+    for (int i = 0; i < N; i++) pm_free(big[i]);
+    assert_int_equal(pm_sites_live_samples(), N);
+    assert_int_equal(pm_sites_hashed_records(), N);
+    for (int i = 0; i < N; i++) pm_free(small[i]);
+    assert_int_equal(pm_sites_live_samples(), 0);
+    assert_int_equal(pm_sites_hashed_records(), 0);
+}
+
 /* A few live samples take no slab: at most 4 hash to any one of the 16
  * shards, which hold their first 4 records themselves; more take slabs,
  * and freed inline records serve again. */
@@ -297,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_unsampled_neighbour_free),
         cmocka_unit_test(test_records_from_chunks),
         cmocka_unit_test(test_first_records_inline),
+        cmocka_unit_test(test_large_sample_off_table),
         cmocka_unit_test(test_memo_keeps_site),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
