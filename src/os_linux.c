@@ -121,6 +121,19 @@ static _Atomic uintptr_t map_hint;
 #define HINT_FLOOR ((uintptr_t)1 << 30)
 #define HINT_ALIGN_MAX ((size_t)2 << 20)
 
+/* Address space given back raises the hint to its end, so the next
+ * mapping takes the hole instead of going on down: a heap that maps and
+ * unmaps runs all the time (a cap the user set, big blocks replaced)
+ * walked down through hundreds of GiB, each 2 GiB of it a page-map leaf
+ * that is never freed (test_os_unmap_raises_hint). */
+static void hint_freed(uintptr_t end)
+{
+    uintptr_t top = atomic_load_explicit(&map_hint, memory_order_relaxed);
+    while (top && end > top &&
+           !atomic_compare_exchange_weak_explicit(&map_hint, &top, end, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
 static void *map_at_hint(size_t size, size_t align)
 {
     uintptr_t top = atomic_load_explicit(&map_hint, memory_order_relaxed);
@@ -199,6 +212,7 @@ int pm_os_unmap(void *addr, size_t size)
     int rc = size ? munmap(addr, size) : 0;
     count(2, size);
     if (rc == 0) net_add(-(int64_t)size);
+    if (rc == 0 && size) hint_freed((uintptr_t)addr + size);
     errno = saved;
     return rc == 0 ? 0 : -1;
 }
@@ -219,6 +233,7 @@ int pm_os_remap(void *old, size_t old_size, size_t new_size, void *to)
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
     count(6, new_size);
     if (p == to) net_add((int64_t)new_size - (int64_t)old_size);
+    if (p == to && to != old) hint_freed((uintptr_t)old + old_size);
     errno = saved;
     return p == to ? 0 : -1;
 }
@@ -257,6 +272,7 @@ void *pm_os_remap_anywhere(void *old, size_t old_size, size_t new_size)
     void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
     count(6, new_size);
     if (p != MAP_FAILED) net_add((int64_t)new_size - (int64_t)old_size);
+    if (p != MAP_FAILED && p != old) hint_freed((uintptr_t)old + old_size);
     errno = saved;
     return p == MAP_FAILED ? NULL : p;
 }
