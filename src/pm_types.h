@@ -58,6 +58,7 @@ typedef struct pm_span {
     uint32_t nsampled;
     uint32_t sampled_overflow;
     void *sampled[2];
+    void *sampled_rec[2];     /* their records, which no hash table holds */
     uint64_t free_ns;         /* FREE: when it became free (monotonic) */
     struct pm_span *older, *newer; /* FREE: the page heap's age list */
     struct pm_span *tl, *tr;  /* FREE or RETURNED, longer than the exact lists:

@@ -711,9 +711,18 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
                         .size = size};
         /* flag the block before it is handed out, so its free is seen */
         if (s->cls) {
-            table_insert(&sh->records, &r->node);
-            if (s->nsampled < 2) s->sampled[s->sampled[0] ? 1 : 0] = p;
-            else s->sampled_overflow = 1;
+            /* the span's first two live samples keep their records beside
+             * them; only more go to the hash table (test_prof_sites.c:
+             * test_span_holds_records) */
+            if (s->nsampled < 2) {
+                int i = s->sampled[0] ? 1 : 0;
+                s->sampled[i] = p;
+                s->sampled_rec[i] = r;
+                sh->records.count++;
+            } else {
+                s->sampled_overflow = 1;
+                table_insert(&sh->records, &r->node);
+            }
             s->nsampled++;
             pm_pagemap_mark_sampled(page, 1);
         } else {
@@ -774,10 +783,12 @@ void pm_sites_remove(pm_span_t *s, void *p)
     shard_t *sh = shard_of(s);
     slab_t *empty = NULL;
     pm_lock(&sh->lock);
-    record_t *large = s->cls ? NULL : s->sample;
-    record_t **link = s->cls ? find_locked(sh, (uintptr_t)p) : large && large->key == (uintptr_t)p ? &large : NULL;
-    if (link && *link) {
-        record_t *r = *link;
+    record_t *r = NULL, **link = NULL;
+    if (!s->cls) r = s->sample && ((record_t *)s->sample)->key == (uintptr_t)p ? s->sample : NULL;
+    else if (s->sampled[0] == p) r = s->sampled_rec[0];
+    else if (s->sampled[1] == p) r = s->sampled_rec[1];
+    else if ((link = find_locked(sh, (uintptr_t)p)) != NULL) r = *link;
+    if (r) {
         pm_relaxed_add(&r->bucket->free_objects, r->weight);
         pm_relaxed_add(&r->bucket->free_bytes, r->weight * r->size);
         pm_relaxed_add(&totals[2], r->weight);
@@ -785,7 +796,7 @@ void pm_sites_remove(pm_span_t *s, void *p)
         uint64_t ab = pm_relaxed_load(&totals[1]), live = ab > fb ? (ab - fb) >> FX_SHIFT : 0;
         uint64_t low = pm_relaxed_load(&live_low);
         while (live < low && !atomic_compare_exchange_weak(&live_low, &low, live)) {}
-        if (s->cls) *link = (record_t *)r->node.next;
+        if (link) *link = (record_t *)r->node.next;
         empty = record_put_locked(sh, r);
         sh->records.count--;
         if (s->cls) {

@@ -142,9 +142,22 @@ static void test_records_from_chunks(void **state)
     }
 }
 
+/* How many of the small sampled blocks p[0..n) the hash tables should
+ * hold: a span's first two live samples keep their records in the span. */
+static uint64_t expect_hashed(void **p, int n)
+{
+    uint64_t hashed = 0;
+    for (int i = 0; i < n; i++) {
+        int before = 0;
+        for (int j = 0; j < i; j++) before += span_of(p[j]) == span_of(p[i]);
+        hashed += before >= 2;
+    }
+    return hashed;
+}
+
 /* A large block's record hangs from its span only: the hash tables hold
- * the small blocks' records, and a large sample is counted and dropped
- * all the same, also when realloc resizes or moves the block. */
+ * small blocks' records, and a large sample is counted and dropped all
+ * the same, also when realloc resizes or moves the block. */
 static void test_large_sample_off_table(void **state)
 {
     (void)state;
@@ -158,7 +171,9 @@ static void test_large_sample_off_table(void **state)
     }
     profmalloc_set_sample_rate(0);
     assert_int_equal(pm_sites_live_samples(), 2 * N);
-    assert_int_equal(pm_sites_hashed_records(), N);
+    uint64_t hashed = expect_hashed(small, N);
+    assert_true(hashed > 0); /* 48-byte blocks: many to a span */
+    assert_int_equal(pm_sites_hashed_records(), hashed);
     for (int i = 0; i < N; i++) assert_non_null(span_of(big[i])->sample);
     profmalloc_set_sample_rate(1);
     big[0] = pm_realloc(big[0], 200u << 10); /* shrinks in place */
@@ -167,13 +182,56 @@ static void test_large_sample_off_table(void **state)
     assert_non_null(big[0]);
     assert_non_null(big[1]);
     assert_int_equal(pm_sites_live_samples(), 2 * N);
-    assert_int_equal(pm_sites_hashed_records(), N);
+    assert_int_equal(pm_sites_hashed_records(), hashed);
     for (int i = 0; i < N; i++) pm_free(big[i]);
     assert_int_equal(pm_sites_live_samples(), N);
-    assert_int_equal(pm_sites_hashed_records(), N);
+    assert_int_equal(pm_sites_hashed_records(), hashed);
     for (int i = 0; i < N; i++) pm_free(small[i]);
     assert_int_equal(pm_sites_live_samples(), 0);
     assert_int_equal(pm_sites_hashed_records(), 0);
+}
+
+/* A span's first two live samples keep their records in the span, more go
+ * to the hash table; frees in any order find each record, and a span's
+ * slots serve again once its samples went (an overflow's records are
+ * found in the table). */
+static void test_span_holds_records(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    void *p[N];
+    sampled_blocks(96, p, N);
+    pm_span_t *s = span_of(p[0]);
+    assert_int_equal(s->nsampled, N);
+    assert_int_equal(pm_sites_live_samples(), N);
+    assert_int_equal(pm_sites_hashed_records(), N - 2);
+    assert_ptr_equal(s->sampled[0], p[0]);
+    assert_ptr_equal(s->sampled[1], p[1]);
+    pm_free(p[3]); /* hashed */
+    assert_int_equal(pm_sites_hashed_records(), N - 3);
+    pm_free(p[0]); /* in the span */
+    assert_int_equal(pm_sites_live_samples(), N - 2);
+    assert_int_equal(pm_sites_hashed_records(), N - 3);
+    assert_null(s->sampled[0]);
+    /* a new sample takes the free slot */
+    profmalloc_set_sample_rate(1);
+    void *q = pm_malloc(96);
+    profmalloc_set_sample_rate(0);
+    if (span_of(q) == s) {
+        assert_int_equal(pm_sites_hashed_records(), N - 2); /* nsampled was 3: hashed */
+    }
+    pm_free(q);
+    for (int i = 1; i < N; i++)
+        if (i != 3) pm_free(p[i]);
+    assert_int_equal(pm_sites_live_samples(), 0);
+    assert_int_equal(pm_sites_hashed_records(), 0);
+    assert_int_equal(s->nsampled, 0);
+    /* the slots serve again */
+    sampled_blocks(96, p, 2);
+    assert_int_equal(pm_sites_hashed_records(), 0);
+    pm_free(p[1]);
+    pm_free(p[0]);
+    assert_int_equal(pm_sites_live_samples(), 0);
 }
 
 /* A few live samples take no slab: at most 4 hash to any one of the 16
@@ -332,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_records_from_chunks),
         cmocka_unit_test(test_first_records_inline),
         cmocka_unit_test(test_large_sample_off_table),
+        cmocka_unit_test(test_span_holds_records),
         cmocka_unit_test(test_memo_keeps_site),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
