@@ -121,11 +121,13 @@ static _Atomic uintptr_t map_hint;
 #define HINT_FLOOR ((uintptr_t)1 << 30)
 #define HINT_ALIGN_MAX ((size_t)2 << 20)
 
-/* Address space given back raises the hint to its end, so the next
- * mapping takes the hole instead of going on down: a heap that maps and
- * unmaps runs all the time (a cap the user set, big blocks replaced)
- * walked down through hundreds of GiB, each 2 GiB of it a page-map leaf
- * that is never freed (test_os_unmap_raises_hint). */
+/* Heap address space given back (a run unmapped, a block moved away by
+ * mremap) raises the hint to its end, so the next growth takes the hole
+ * instead of going on down: a heap that maps and unmaps runs all the time
+ * (a cap the user set) walked down through hundreds of GiB, each 2 GiB of
+ * it a page-map leaf never freed (test_os_unmap_raises_hint).  Other
+ * unmaps (metadata, scratch, a move's slack) leave it: a growth aimed at
+ * a hole too small fails once and goes where the kernel puts it. */
 static void hint_freed(uintptr_t end)
 {
     uintptr_t top = atomic_load_explicit(&map_hint, memory_order_relaxed);
@@ -212,9 +214,15 @@ int pm_os_unmap(void *addr, size_t size)
     int rc = size ? munmap(addr, size) : 0;
     count(2, size);
     if (rc == 0) net_add(-(int64_t)size);
-    if (rc == 0 && size) hint_freed((uintptr_t)addr + size);
     errno = saved;
     return rc == 0 ? 0 : -1;
+}
+
+int pm_os_unmap_heap(void *addr, size_t size)
+{
+    int rc = pm_os_unmap(addr, size);
+    if (rc == 0 && size) hint_freed((uintptr_t)addr + size);
+    return rc;
 }
 
 void *pm_os_reserve(size_t size)

@@ -1093,7 +1093,7 @@ static int give_to_os(const pm_span_t *s)
     void *addr = addr_of(s->page);
     size_t bytes = s->npages << PM_PAGE_SHIFT;
     PM_USDT2(memory_heap_free, addr, s->unmapping ? bytes : 0); /* 0: madvised (memory_heap_less) */
-    if (s->unmapping && pm_os_unmap(addr, bytes) == 0) return OS_UNMAPPED;
+    if (s->unmapping && pm_os_unmap_heap(addr, bytes) == 0) return OS_UNMAPPED;
     return pm_os_release(addr, bytes) == 0 ? OS_RELEASED : OS_KEPT;
 }
 

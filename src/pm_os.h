@@ -23,6 +23,9 @@ void *pm_os_map(size_t size, size_t align);
 /* Returns 0, or -1 when the range stays mapped (splitting a mapping past
  * vm.max_map_count).  The length is rounded up to the kernel's page. */
 int pm_os_unmap(void *addr, size_t size);
+/* The same for a run of the page heap's: the next aligned mapping is tried
+ * at its end first (os_linux.c, map_at_hint). */
+int pm_os_unmap_heap(void *addr, size_t size);
 /* Address space only (PROT_NONE, no commit charge), for pm_os_remap to
  * move a mapping onto; NULL on failure. */
 void *pm_os_reserve(size_t size);

@@ -184,32 +184,40 @@ static void test_os_aligned_map_at_hint(void **state)
     assert_int_equal(pm_os_unmap(c, SIZE), 0);
 }
 
-/* A mapping unmapped above the hint raises it: the next mapping takes the
+/* A heap run unmapped above the hint raises it: the next mapping takes the
  * hole, so a heap that maps a run and unmaps an older one, over and over,
  * stays in one window of address space instead of walking down it (each
- * 2 GiB a page-map leaf never freed). */
+ * 2 GiB a page-map leaf never freed).  Other unmaps leave the hint. */
 static void test_os_unmap_raises_hint(void **state)
 {
     (void)state;
     enum { SIZE = 2 << 20, ALIGN = 8 << 10, ROUNDS = 4096 };
+    /* an unmap that is not the heap's leaves the hint where it was */
     char *a = pm_os_map(SIZE, ALIGN), *b = pm_os_map(SIZE, ALIGN);
     assert_true(a && b);
+    assert_ptr_equal(b + SIZE, a);
     assert_int_equal(pm_os_unmap(a, SIZE), 0);
     char *c = pm_os_map(SIZE, ALIGN);
-    assert_ptr_equal(c, a); /* the hole, not below b */
-    uintptr_t lo = (uintptr_t)b, hi = (uintptr_t)a + SIZE;
-    char *live = c;
-    for (int i = 0; i < ROUNDS; i++) { /* 8 GiB mapped in all, 4 MiB at a time */
+    assert_ptr_equal(c + SIZE, b); /* below b, not in a's hole */
+    /* a heap run's raises it: the next mapping takes the hole */
+    assert_int_equal(pm_os_unmap_heap(b, SIZE), 0);
+    char *d = pm_os_map(SIZE, ALIGN);
+    assert_ptr_equal(d, b);
+    /* and a heap that maps a run and unmaps the last one, 8 GiB in all,
+     * stays in one window of address space */
+    uintptr_t lo = (uintptr_t)c, hi = (uintptr_t)d + SIZE;
+    char *live = d;
+    for (int i = 0; i < ROUNDS; i++) {
         char *next = pm_os_map(SIZE, ALIGN);
         assert_non_null(next);
         if ((uintptr_t)next < lo) lo = (uintptr_t)next;
         if ((uintptr_t)next + SIZE > hi) hi = (uintptr_t)next + SIZE;
-        assert_int_equal(pm_os_unmap(live, SIZE), 0);
+        assert_int_equal(pm_os_unmap_heap(live, SIZE), 0);
         live = next;
     }
     assert_true(hi - lo <= (uintptr_t)8 * SIZE);
     assert_int_equal(pm_os_unmap(live, SIZE), 0);
-    assert_int_equal(pm_os_unmap(b, SIZE), 0);
+    assert_int_equal(pm_os_unmap(c, SIZE), 0);
 }
 
 static void test_os_robust_list(void **state)
