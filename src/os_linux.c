@@ -308,8 +308,7 @@ int pm_os_release(void *addr, size_t size)
         rc = madvise((void *)lo, hi - lo, MADV_DONTNEED);
         count(4, hi - lo);
         PM_USDT2(memory_heap_less, lo, hi - lo);
-        unsigned char vec = 0;
-        if (rc == 0 && mincore((void *)lo, 1, &vec) == 0 && (vec & 1)) {
+        if (rc == 0 && pm_os_resident((void *)lo) == 1) {
             atomic_store_explicit(&madvise_keeps, 1, memory_order_relaxed);
             rc = -1;
         }

@@ -709,27 +709,25 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         record_t *r = record_take_locked(sh);
         *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
                         .size = size};
-        /* flag the block before it is handed out, so its free is seen */
+        /* The span holds the record where it can, so its free finds it
+         * with no hash-table line to miss: a large block's, and a small
+         * span's first two live samples; only more go to the hash table
+         * (test_prof_sites.c: test_large_sample_off_table,
+         * test_span_holds_records).  The block is flagged before it is
+         * handed out, so its free is seen. */
+        sh->records.count++;
         if (s->cls) {
-            /* the span's first two live samples keep their records beside
-             * them; only more go to the hash table (test_prof_sites.c:
-             * test_span_holds_records) */
             if (s->nsampled < 2) {
                 int i = s->sampled[0] ? 1 : 0;
                 s->sampled[i] = p;
                 s->sampled_rec[i] = r;
-                sh->records.count++;
             } else {
                 s->sampled_overflow = 1;
-                table_insert(&sh->records, &r->node);
+                table_link(&sh->records, &r->node);
             }
             s->nsampled++;
             pm_pagemap_mark_sampled(page, 1);
         } else {
-            /* a large block's span finds its record: no hash-table line
-             * to miss at either end (test_prof_sites.c:
-             * test_large_sample_off_table) */
-            sh->records.count++;
             s->sample = r;
         }
         pm_unlock(&sh->lock);
