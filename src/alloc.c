@@ -34,11 +34,13 @@ uint64_t pm_alloc_sample_tick(pm_tcache_t *t, size_t size)
 {
     uint64_t weight = pm_sampler_record(&t->sampler, size);
     if (PM_LIKELY(weight == 0)) return 0;
-    if (pm_pageheap_tick()) { /* every PM_TICK_BYTES at rate 0 */
-        pm_central_tick();
-        pm_tcache_tick();
+    if (pm_sampler_tick_due(&t->sampler)) {
+        if (pm_pageheap_tick()) {
+            pm_central_tick();
+            pm_tcache_tick();
+        }
+        pm_tcache_idle_check(t);
     }
-    pm_tcache_idle_check(t);
     return weight != PM_SAMPLE_TICK ? weight : 0;
 }
 

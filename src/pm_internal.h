@@ -271,7 +271,8 @@ void pm_tcache_unlock_all(int child);
 #define PM_WEIGHT_SHIFT 8
 #define PM_WEIGHT_ONE ((uint64_t)1 << PM_WEIGHT_SHIFT)
 /* With no sampling (rate 0) the countdown still expires every
- * PM_TICK_BYTES: it is the page heap's clock (pm_pageheap_tick). */
+ * PM_TICK_BYTES; at any rate, the expiry after each PM_TICK_BYTES charged
+ * runs the page heap's clock (pm_pageheap_tick, pm_sampler_tick_due). */
 #define PM_TICK_BYTES ((int64_t)4 << 20)
 /* pm_sampler_record's answer at such an expiry. */
 #define PM_SAMPLE_TICK UINT64_MAX
@@ -301,6 +302,10 @@ PM_INLINE int pm_sampler_charge(pm_sampler_t *s, size_t size)
     s->countdown -= (int64_t)size;
     return s->countdown >= 0;
 }
+/* Whether PM_TICK_BYTES have been charged since it last said yes (samples
+ * come every few hundred KiB; the release rules' clock is read per 4 MiB
+ * at any rate: test_prof_sampler.c, test_sampler_tick_bytes). */
+int pm_sampler_tick_due(pm_sampler_t *s);
 /* Gives back a charge the fast path made before falling to the slow path. */
 PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown += (int64_t)size; }
 /* Next gap in bytes for mean `rate` (at most INT64_MAX); -1 (sample

@@ -100,6 +100,8 @@ typedef struct pm_sampler {
     double inv_rate;                /* 1/rate (0 at rate 0 and 1) */
     size_t last_size;               /* 0: none since the rate was set */
     uint64_t last_weight;
+    int64_t drawn;                  /* the countdown's value when it was drawn */
+    uint64_t tick_bytes;            /* charged since the release rules last ran */
 } pm_sampler_t;
 
 typedef struct pm_tcache {

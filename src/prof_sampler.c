@@ -70,7 +70,7 @@ static void set_rate(pm_sampler_t *s, uint64_t rate)
     s->rate = rate;
     s->inv_rate = rate > 1 ? 1.0 / (double)(int64_t)rate : 0.0;
     s->last_size = 0;
-    s->countdown = pm_sampler_next(&s->rng, rate);
+    s->countdown = s->drawn = pm_sampler_next(&s->rng, rate);
 }
 
 void pm_sampler_redraw(pm_sampler_t *s) { set_rate(s, pm_sampler_rate()); }
@@ -104,11 +104,12 @@ uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size)
     if (PM_UNLIKELY(s->rate != rate)) set_rate(s, rate);
     s->countdown -= (int64_t)size;
     if (PM_LIKELY(s->countdown >= 0)) return 0;
+    s->tick_bytes += (uint64_t)(s->drawn - s->countdown); /* all charged since the draw */
     if (PM_UNLIKELY(rate <= 1)) {
-        s->countdown = pm_sampler_next(&s->rng, rate);
+        s->countdown = s->drawn = pm_sampler_next(&s->rng, rate);
         return rate ? PM_WEIGHT_ONE : PM_SAMPLE_TICK;
     }
-    s->countdown = gap_of(&s->rng, rate); /* seeded: set_rate drew at this rate */
+    s->countdown = s->drawn = gap_of(&s->rng, rate); /* seeded: set_rate drew at this rate */
     /* a loop allocating one size pays for its weight once
      * (test_sampler_weight_cache) */
     size_t n = size ? size : 1;
@@ -117,6 +118,13 @@ uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size)
         s->last_weight = weight_of(n, s->inv_rate);
     }
     return s->last_weight;
+}
+
+int pm_sampler_tick_due(pm_sampler_t *s)
+{
+    if (s->tick_bytes < (uint64_t)PM_TICK_BYTES) return 0;
+    s->tick_bytes = 0;
+    return 1;
 }
 
 PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)

@@ -289,6 +289,42 @@ static void test_sampler_weight_cache(void **state)
     assert_true(sample_now(&s, 4096) == PM_SAMPLE_TICK);
 }
 
+/* The release rules' clock goes by bytes, not samples: at rates from
+ * every allocation to 1 MiB, a sample point says "tick" exactly when
+ * PM_TICK_BYTES or more were charged since the last tick (at rate 0, at
+ * every expiry). */
+static void test_sampler_tick_bytes(void **state)
+{
+    (void)state;
+    static const uint64_t rates[] = {0, 1, 4096, 524288, 1u << 20};
+    static const size_t sizes[] = {16, 1000, 300000};
+    for (size_t r = 0; r < PM_ARRAY_LEN(rates); r++)
+        for (size_t z = 0; z < PM_ARRAY_LEN(sizes); z++) {
+            pm_sampler_t s;
+            memset(&s, 0, sizeof s);
+            pm_sampler_set_rate(rates[r]);
+            pm_sampler_thread_start(&s);
+            uint64_t since = 0, ticks = 0, points = 0;
+            for (uint64_t total = 0; total < ((uint64_t)64 << 20); total += sizes[z]) {
+                since += sizes[z];
+                if (pm_sampler_record(&s, sizes[z]) == 0) continue;
+                points++;
+                int due = pm_sampler_tick_due(&s);
+                if (due != (since >= (uint64_t)PM_TICK_BYTES))
+                    fail_msg("rate %llu size %zu: tick %d after %llu bytes", (unsigned long long)rates[r],
+                             sizes[z], due, (unsigned long long)since);
+                if (due) {
+                    ticks++;
+                    since = 0;
+                }
+            }
+            assert_true(ticks >= 8 && ticks <= 16);
+            if (rates[r] == 0) assert_true(points == ticks);
+            if (rates[r] <= 4096 && rates[r] > 0 && sizes[z] < 4096) assert_true(points > ticks * 100);
+        }
+    pm_sampler_set_rate(0);
+}
+
 /* ====================================================================== */
 
 int main(void)
@@ -303,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_sampler_next_quantiles),
         cmocka_unit_test(test_sampler_weight),
         cmocka_unit_test(test_sampler_weight_cache),
+        cmocka_unit_test(test_sampler_tick_bytes),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("sampler", sampler, NULL, NULL);
