@@ -238,6 +238,9 @@ void pm_tcache_thread_begin(pm_tcache_t *t);  /* EMPTY -> NEW */
 void pm_tcache_thread_start(pm_tcache_t *t);  /* NEW -> ACTIVE: registered, caching */
 void pm_tcache_thread_exit(void *t);
 void *pm_tcache_refill(pm_tcache_t *t, unsigned cls);  /* list empty */
+/* A chain of got blocks of size < 64, starting with one whose cache lines
+ * hold only the chain's blocks where it has one (a first refill). */
+void *pm_tcache_own_line_first(void *chain, uint32_t got, size_t size);
 void pm_tcache_overflow(pm_tcache_t *t, unsigned cls); /* list too long */
 void pm_tcache_flush_all(pm_tcache_t *t);
 void pm_tcache_tick(void);                 /* a release tick passed (alloc.c) */

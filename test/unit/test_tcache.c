@@ -751,6 +751,122 @@ static void test_tcache_pool_bounds_sleepers(void **state)
 
 
 
+/* A thread's first free of a block under a cache line goes on to the
+ * central list (its first malloc then refills, and can own a line); its
+ * second is kept, as every free of a larger class is from the first. */
+typedef struct {
+    void *tiny[2], *big;
+    uint32_t len_after[3], max_after[3];
+} tiny_free_t;
+
+static void *tiny_free_thread(void *arg)
+{
+    tiny_free_t *r = arg;
+    become_active();
+    unsigned tiny = pm_sizeclass_of(16), big = pm_sizeclass_of(64);
+    for (int i = 0; i < 2; i++) {
+        pm_free(r->tiny[i]);
+        r->len_after[i] = pm_tls.list[tiny].len;
+        r->max_after[i] = pm_tls.list[tiny].max_len;
+    }
+    pm_free(r->big);
+    r->len_after[2] = pm_tls.list[big].len;
+    r->max_after[2] = pm_tls.list[big].max_len;
+    return NULL;
+}
+
+static void test_tcache_first_tiny_free_passes(void **state)
+{
+    (void)state;
+    tiny_free_t r = {{pm_malloc(16), pm_malloc(16)}, pm_malloc(64), {0}, {0}};
+    run_thread(tiny_free_thread, &r);
+    assert_int_equal(r.len_after[0], 0);
+    assert_int_equal(r.max_after[0], 0);
+    assert_int_equal(r.len_after[1], 1);
+    assert_true(r.max_after[1] >= 1);
+    assert_int_equal(r.len_after[2], 1);
+}
+
+/* A first refill's chain of blocks under a cache line starts with a block
+ * whose lines hold only blocks of the chain: one after a block whose line
+ * mate is elsewhere; unchanged where no block qualifies; the same blocks
+ * linked either way (pm_tcache_own_line_first, for 16, 32 and 48 B). */
+static int addr_cmp(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int in_set(const uintptr_t *v, size_t n, uintptr_t a)
+{
+    return bsearch(&a, v, n, sizeof *v, addr_cmp) != NULL;
+}
+
+static void *link_all(uintptr_t *v, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) pm_link_set((void *)v[i], i + 1 < n ? (void *)v[i + 1] : NULL);
+    return (void *)v[0];
+}
+
+static void test_tcache_own_line_first(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    static uintptr_t all[N];
+    static const size_t sizes[] = {16, 32, 48};
+    for (size_t z = 0; z < PM_ARRAY_LEN(sizes); z++) {
+        size_t size = sizes[z];
+        unsigned cls = pm_sizeclass_of(size);
+        assert_int_equal(pm_class_size[cls], size);
+        uint32_t n = 0;
+        for (void *p = get_full(cls, N); p; p = pm_link_get(p)) all[n++] = (uintptr_t)p;
+        assert_int_equal(n, N);
+        qsort(all, N, sizeof *all, addr_cmp);
+        /* a line-aligned block a, held here with the block before it and
+         * every block that meets a's line, all from one span */
+        uint32_t mates = (uint32_t)((64 + size - 1) / size);
+        uintptr_t a = 0;
+        for (uint32_t i = 1; i < N && !a; i++) {
+            uintptr_t c = all[i];
+            if (c & 63 || !in_set(all, N, c - size)) continue;
+            if (pm_pagemap_span((c - size) >> PM_PAGE_SHIFT) != pm_pagemap_span(c >> PM_PAGE_SHIFT)) continue;
+            uint32_t k = 1;
+            while (k < mates && in_set(all, N, c + k * size) &&
+                   pm_pagemap_span((c + k * size) >> PM_PAGE_SHIFT) == pm_pagemap_span(c >> PM_PAGE_SHIFT))
+                k++;
+            if (k == mates) a = c;
+        }
+        assert_true(a != 0);
+        /* a - size first: its line's other blocks are not in the chain */
+        uintptr_t chain[8];
+        uint32_t len = 0;
+        chain[len++] = a - size;
+        for (uint32_t k = 0; k < mates; k++) chain[len++] = a + k * size;
+        void *head = pm_tcache_own_line_first(link_all(chain, len), len, size);
+        assert_ptr_equal(head, (void *)a);
+        uintptr_t want[8] = {a, a - size};
+        for (uint32_t k = 1; k < mates; k++) want[k + 1] = a + k * size;
+        uint32_t seen = 0;
+        for (void *p = head; p; p = pm_link_get(p), seen++) {
+            assert_true(seen < len);
+            assert_true((uintptr_t)p == want[seen]);
+        }
+        assert_int_equal(seen, len);
+        /* without a, no block's lines are all in the chain */
+        uintptr_t gap[2] = {a - size, a + size};
+        head = pm_tcache_own_line_first(link_all(gap, 2), 2, size);
+        assert_ptr_equal(head, (void *)(a - size));
+        assert_ptr_equal(pm_link_get(head), (void *)(a + size));
+        assert_null(pm_link_get((void *)(a + size)));
+        /* back to the central list in batches */
+        for (uint32_t i = 0; i < N;) {
+            uint32_t k = N - i < pm_class_batch[cls] ? N - i : pm_class_batch[cls];
+            pm_central_put(cls, link_all(all + i, k), k);
+            i += k;
+        }
+    }
+}
+
 /* ====================================================================== */
 
 int main(void)
@@ -771,6 +887,8 @@ int main(void)
         cmocka_unit_test(test_tcache_idle_lists_shrink),
         cmocka_unit_test(test_tcache_idle_lists_shrink_through_malloc),
         cmocka_unit_test(test_tcache_pool_bounds_sleepers),
+        cmocka_unit_test(test_tcache_own_line_first),
+        cmocka_unit_test(test_tcache_first_tiny_free_passes),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("tcache", tcache, NULL, NULL);
