@@ -16,7 +16,7 @@
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
-#            medium server tide bigtouch bigrepeat holes rounds
+#            medium server tide bigtouch bigrepeat holes rounds thrash scratch
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +32,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large large-mt bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds"
+    mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds thrash scratch"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -209,6 +209,12 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     rounds:full)       echo "rounds" ;;
     rounds:small)      echo "rounds -n 2" ;;
     rounds:quick)      echo "rounds -n 1 -z 20" ;;
+    thrash:full)       echo "falseshare -m thrash -t $THREADS" ;;
+    thrash:small)      echo "falseshare -m thrash -t $THREADS -n 4000" ;;
+    thrash:quick)      echo "falseshare -m thrash -t $THREADS -n 500" ;;
+    scratch:full)      echo "falseshare -m scratch -t $THREADS" ;;
+    scratch:small)     echo "falseshare -m scratch -t $THREADS -n 4000" ;;
+    scratch:quick)     echo "falseshare -m scratch -t $THREADS -n 500" ;;
     esac
 }
 
@@ -371,6 +377,8 @@ md="$OUT/benchmarks.md"
         [ $w = churn-mt ] && desc="churn with $THREADS threads, each an independent churn of the same size (scaling check)"
         [ $w = large-mt ] && desc="large with $THREADS threads at once, each its own live blocks (the page heap's lock)"
         [ $w = mixed-mt ] && desc="mixed with $THREADS threads, each its own table of live blocks"
+        [ $w = thrash ] && desc="$THREADS threads each reusing an 8-byte block of its own, written 1 000 times a round (false sharing between the threads' blocks)"
+        [ $w = scratch ] && desc="thrash, but each thread first frees an 8-byte block the main thread made next to the others' (false sharing through a freed block)"
         [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"
