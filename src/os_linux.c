@@ -524,7 +524,6 @@ void pm_os_sigpipe_restore(pm_os_sigpipe_t *s, int raised)
 /* ---- process -------------------------------------------------------- */
 
 pid_t pm_os_getpid(void) { return (pid_t)syscall(SYS_getpid); }
-pid_t pm_os_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 static uint64_t clock_ns(clockid_t id)
 {

@@ -102,7 +102,6 @@ void pm_os_random(void *buf, size_t len);
 
 /* Process facts. */
 pid_t pm_os_getpid(void);
-pid_t pm_os_gettid(void);
 uint64_t pm_os_now_ns(void);       /* CLOCK_REALTIME */
 uint64_t pm_os_monotonic_ns(void); /* CLOCK_MONOTONIC */
 

@@ -48,9 +48,11 @@ int64_t pm_sampler_next(uint64_t *rng, uint64_t rate)
     return gap_of(rng, rate);
 }
 
+/* The clock and the thread's own TLS address (threads started in the same
+ * nanosecond differ there; a gettid cost every new thread a system call). */
 uint64_t pm_sampler_seed(void)
 {
-    uint64_t s = pm_os_monotonic_ns() ^ ((uint64_t)pm_os_gettid() << 32) ^ 0x9E3779B97F4A7C15ull;
+    uint64_t s = pm_os_monotonic_ns() ^ pm_mix64((uintptr_t)&pm_tls) ^ 0x9E3779B97F4A7C15ull;
     return s ? s : 1;
 }
 
