@@ -478,34 +478,35 @@ static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
 
-/* The shortest free span of one kind with at least n pages, or NULL. */
-static pm_span_t *fit_of_kind_locked(int kind, size_t n)
+/* The shortest free span of at least n pages, resident ones first, or
+ * NULL; of the resident ones only when last_kind is KIND_FREE. */
+static pm_span_t *fit_locked(size_t n, int last_kind)
 {
-    /* the shortest nonempty exact list of at least n pages */
-    for (size_t w = n >> 6; n <= LISTS && w < PM_ARRAY_LEN(ph.nonempty[kind]); w++) {
-        uint64_t bits = ph.nonempty[kind][w];
-        if (w == n >> 6) bits &= ~(uint64_t)0 << (n & 63);
-        if (bits) {
-            pm_span_t *s = ph.lists[kind][w * 64 + (size_t)__builtin_ctzll(bits)];
-            PM_CHECK(s != NULL, "page heap: free-list bitmap out of step");
-            return s;
+    for (int kind = KIND_FREE; kind <= last_kind; kind++) {
+        /* the shortest nonempty exact list of at least n pages */
+        for (size_t w = n >> 6; n <= LISTS && w < PM_ARRAY_LEN(ph.nonempty[kind]); w++) {
+            uint64_t bits = ph.nonempty[kind][w];
+            if (w == n >> 6) bits &= ~(uint64_t)0 << (n & 63);
+            if (bits) {
+                pm_span_t *s = ph.lists[kind][w * 64 + (size_t)__builtin_ctzll(bits)];
+                PM_CHECK(s != NULL, "page heap: free-list bitmap out of step");
+                return s;
+            }
         }
+        /* the long spans: the size tree */
+        pm_span_t *best = tree_fit(ph.tree[kind], n > LISTS ? n : LISTS + 1);
+        if (best) return best;
     }
-    /* the long spans: the size tree */
-    return tree_fit(ph.tree[kind], n > LISTS ? n : LISTS + 1);
+    return NULL;
 }
 
-static pm_span_t *best_fit_locked(size_t n)
-{
-    pm_span_t *s = fit_of_kind_locked(KIND_FREE, n);
-    return s ? s : fit_of_kind_locked(KIND_RETURNED, n);
-}
+static pm_span_t *best_fit_locked(size_t n) { return fit_locked(n, KIND_RETURNED); }
 
 int pm_pageheap_resident_fit(size_t n)
 {
     if (n == 0 || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return 0;
     ph_lock();
-    int fit = fit_of_kind_locked(KIND_FREE, n) != NULL;
+    int fit = fit_locked(n, KIND_FREE) != NULL;
     pm_unlock(&ph.lock);
     return fit;
 }

@@ -309,7 +309,12 @@ PM_INLINE int pm_sampler_charge(pm_sampler_t *s, size_t size)
 /* Whether PM_TICK_BYTES have been charged since it last said yes (samples
  * come every few hundred KiB; the release rules' clock is read per 4 MiB
  * at any rate: test_prof_sampler.c, test_sampler_tick_bytes). */
-int pm_sampler_tick_due(pm_sampler_t *s);
+PM_INLINE int pm_sampler_tick_due(pm_sampler_t *s)
+{
+    if (s->tick_bytes < (uint64_t)PM_TICK_BYTES) return 0;
+    s->tick_bytes = 0;
+    return 1;
+}
 /* Gives back a charge the fast path made before falling to the slow path. */
 PM_INLINE void pm_sampler_refund(pm_sampler_t *s, size_t size) { s->countdown += (int64_t)size; }
 /* Next gap in bytes for mean `rate` (at most INT64_MAX); -1 (sample

@@ -122,13 +122,6 @@ uint64_t pm_sampler_record_slow(pm_sampler_t *s, size_t size)
     return s->last_weight;
 }
 
-int pm_sampler_tick_due(pm_sampler_t *s)
-{
-    if (s->tick_bytes < (uint64_t)PM_TICK_BYTES) return 0;
-    s->tick_bytes = 0;
-    return 1;
-}
-
 PM_EXPORT void profmalloc_set_sample_rate(size_t bytes)
 {
     pm_init();
