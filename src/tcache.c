@@ -505,17 +505,13 @@ void pm_tcache_idle_check(pm_tcache_t *t)
     scavenge(t, 0);
 }
 
-/* Whether every block of o's span that shares a cache line with o is
- * among v[0..n): carved, and none of them handed to anyone else. */
+/* Whether every block that shares a cache line with block o (the blocks
+ * of its span lie size bytes apart) is among v[0..n): none handed to
+ * anyone else or yet to be carved (a block not in the chain fails). */
 static int owns_lines(void *const *v, uint32_t n, uintptr_t o, size_t size)
 {
-    const pm_span_t *s = pm_pagemap_span(o >> PM_PAGE_SHIFT);
-    uintptr_t base = s->page << PM_PAGE_SHIFT;
     uintptr_t lo = o & ~(uintptr_t)(LINE - 1), hi = (o + size - 1) | (LINE - 1);
-    uint32_t carved = __atomic_load_n(&s->carved, __ATOMIC_RELAXED);
-    for (uintptr_t k = (lo - base) / size; k <= (hi - base) / size && k < s->capacity; k++) {
-        if (k >= carved) return 0; /* the next get may carve it for another thread */
-        uintptr_t mate = base + k * size;
+    for (uintptr_t mate = o - (o - lo + size - 1) / size * size; mate <= hi; mate += size) {
         uint32_t i = 0;
         while (i < n && (uintptr_t)v[i] != mate) i++;
         if (i == n) return 0;
@@ -535,11 +531,12 @@ void *pm_tcache_own_line_first(void *chain, uint32_t got, size_t size)
 {
     void *v[FIRST_LEN_TINY];
     uint32_t n = 0;
-    for (void *p = chain; p && n < got && n < FIRST_LEN_TINY; p = pm_link_next(p, 0)) v[n++] = p;
+    /* (links central.c just wrote) */
+    for (void *p = chain; p && n < got && n < FIRST_LEN_TINY; p = pm_link_get(p)) v[n++] = p;
     for (uint32_t i = 0; i < n; i++) {
         if (!owns_lines(v, n, (uintptr_t)v[i], size)) continue;
         if (i == 0) return chain;
-        pm_link_set(v[i - 1], pm_link_next(v[i], 0));
+        pm_link_set(v[i - 1], pm_link_get(v[i]));
         pm_link_set(v[i], chain);
         return v[i];
     }
@@ -568,7 +565,7 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
         void *rest = got < n ? pm_central_get(cls, n - got, &more) : NULL;
         if (rest) {
             void *tail = rest;
-            for (uint32_t i = 1; i < more; i++) tail = pm_link_next(tail, 0);
+            for (uint32_t i = 1; i < more; i++) tail = pm_link_get(tail);
             pm_link_set(tail, chain);
             chain = rest;
             got += more;
