@@ -297,8 +297,11 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGINT, &oint, NULL);
     sigaction(SIGQUIT, &oquit, NULL);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 2;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) {
-        /* the command may not have started: report only if nothing was written */
+    /* a command that could not start leaves no empty directory behind
+       (test_cli.py: test_run_errors) */
+    if (!out && WIFEXITED(st) && WEXITSTATUS(st) == 127 && !rmdir(abs)) {
+        fprintf(stderr, "profmalloc run: %s exited with status 127 and wrote nothing\n", cmd[0]);
+        return rc;
     }
 
     cli_setup_color(stderr);

@@ -19,14 +19,14 @@ OUT = os.path.join(T, 'out')
 failures = []
 
 
-def run(args, env=None, check=None, timeout=60, input=None):
+def run(args, env=None, check=None, timeout=60, input=None, cwd=None):
     e = dict(os.environ)
     e.pop('NO_COLOR', None)
     if env:
         e.update(env)
     # errors='replace': a corrupt profile's names reach the output as they are
     r = subprocess.run(args, env=e, capture_output=True, text=True, errors='replace', timeout=timeout,
-                       input=input)
+                       input=input, cwd=cwd)
     if check is not None and r.returncode != check:
         raise AssertionError('%s: exit %d (want %d)\nstdout: %s\nstderr: %s' %
                              (' '.join(args), r.returncode, check, r.stdout[-2000:], r.stderr[-2000:]))
@@ -636,8 +636,10 @@ def test_installed_run():
 
 
 def test_run_errors():
-    r = run([PM, 'run', '--', '/nonexistent/program'])
+    r = run([PM, 'run', '--', '/nonexistent/program'], cwd=OUT)
     expect(r.returncode == 127, 'a command that cannot start: %d' % r.returncode)
+    left = [f for f in os.listdir(OUT) if f.startswith('profmalloc.program.')]
+    expect(not left, 'an empty run directory left behind: %s' % left)
     r = run([PM, 'run'])
     expect(r.returncode == 2 and 'usage' in r.stderr, 'run without a command')
     d = os.path.join(OUT, 'run-fork')
