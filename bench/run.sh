@@ -15,7 +15,7 @@
 #   -T SEC     time limit of one run                   (default 120)
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
-#            grow large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
+#            grow vectors large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
 #            medium server tide bigtouch bigrepeat holes rounds thrash scratch
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
@@ -31,7 +31,7 @@ root=$(cd "$here/.." && pwd)
 
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
-WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow large large-mt bigmix frag replay pythreads pyrounds
+WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow vectors large large-mt bigmix frag replay pythreads pyrounds
     mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds thrash scratch"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
@@ -161,6 +161,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     grow:full)         echo "grow" ;;
     grow:small)        echo "grow -n 1 -l 4 -z 4194304" ;;
     grow:quick)        echo "grow -n 1 -l 2 -z 2097152" ;;
+    vectors:full)      echo "grow -m double -t $THREADS -l 32 -z 4194304 -n 10" ;;
+    vectors:small)     echo "grow -m double -t $THREADS -l 32 -z 4194304 -n 2" ;;
+    vectors:quick)     echo "grow -m double -t $THREADS -l 4 -z 2097152 -n 1" ;;
     large:full)        echo "large" ;;
     large:small)       echo "large -n 300" ;;
     large:quick)       echo "large -n 60" ;;
@@ -379,6 +382,7 @@ md="$OUT/benchmarks.md"
         [ $w = mixed-mt ] && desc="mixed with $THREADS threads, each its own table of live blocks"
         [ $w = thrash ] && desc="$THREADS threads each reusing an 8-byte block of its own, written 1 000 times a round (false sharing between the threads' blocks)"
         [ $w = scratch ] && desc="thrash, but each thread first frees an 8-byte block the main thread made next to the others' (false sharing through a freed block)"
+        [ $w = vectors ] && desc="grow -m double with $THREADS threads: each doubles 32 buffers of its own in turn, to 1-4 MiB (vectors and slices; the old copies realloc leaves)"
         [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"

@@ -183,7 +183,7 @@ void pm_free_slow(void *p)
         if (PM_UNLIKELY(cls && pm_key_is_set(p))) pm_guard_double_free("free()", p);
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
         if (cls == 0) {
-            pm_large_free(s, 0);
+            pm_large_free(s);
             return;
         }
     } else if (PM_UNLIKELY(pm_key_is_set(p))) { /* free already, in some list (pm_internal.h) */
@@ -304,15 +304,17 @@ void *pm_realloc(void *p, size_t size)
     }
     memcpy(q, p, size < old ? size : old);
     if (s->cls == 0) {
-        /* a large block a growth leaves goes back to the OS at once, as
-         * mremap leaves nothing behind: a block growing in steps would
+        /* a large block a growth leaves goes back to the OS, as mremap
+         * leaves nothing behind, unless the policy keeps it for the next
+         * (pm_release_keep_moved_locked): a block growing in steps would
          * otherwise leave every step resident in the page heap, and the
          * default cap keeps young free runs (pagerelease.c, bench/grow).
          * One left for a small block stays, for the next large one: a
          * buffer that goes back and forth faulted its pages in each time
          * (test_realloc_large_to_small_keeps_pages). */
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
-        pm_large_free(s, size > old);
+        if (size > old) pm_large_free_moved(s, q);
+        else pm_large_free(s);
     } else {
         pm_free_inline(p);
     }

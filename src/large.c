@@ -115,15 +115,21 @@ void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
     return p;
 }
 
-/* release: its pages go back to the OS first (a block realloc moved away
- * from). */
-void pm_large_free(pm_span_t *s, int release)
+void pm_large_free(pm_span_t *s)
 {
-    /* (a block realloc moved away from was read by the copy) */
-    if (s->calloc_watch && !release) watch_done(s);
+    if (s->calloc_watch) watch_done(s);
     account(s, -(int64_t)s->npages, 0, -1);
-    if (release) pm_pageheap_free_released(s);
-    else pm_pageheap_free(s);
+    pm_pageheap_free(s);
+}
+
+/* Its pages go back to the OS at once or stay for the next block, as the
+ * policy says (pagerelease.c, pm_release_keep_moved_locked); no watch is
+ * done, as the copy read the block whole. */
+void pm_large_free_moved(pm_span_t *s, const void *q)
+{
+    const pm_span_t *to = pm_pagemap_span((uintptr_t)q >> PM_PAGE_SHIFT);
+    account(s, -(int64_t)s->npages, 0, -1);
+    pm_pageheap_free_moved(s, to && to->cls == 0 && to->zeroed);
 }
 
 void pm_large_resized(pm_span_t *s, size_t size) { account(s, 0, size, 0); }

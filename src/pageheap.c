@@ -1324,6 +1324,18 @@ void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
+/* The policy decides under the lock and free_span takes it again: a lock
+ * more on a path that copied a block of MiBs, and no code more on the
+ * paths every free runs (check-text-resident). */
+void pm_pageheap_free_moved(pm_span_t *s, int fresh)
+{
+    ph_lock();
+    pm_heap_view_t v = {.in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE]};
+    int keep = pm_release_keep_moved_locked(&v, s->npages, fresh);
+    pm_unlock(&ph.lock);
+    free_span(s, !keep);
+}
+
 /* Picks runs of a kind that can be unmapped (long ones first) that became
  * free at `before` or earlier (UINT64_MAX: all of them), and with `edges`
  * younger ones too where unmapping splits no mapping (a heap neighbour on

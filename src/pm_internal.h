@@ -168,6 +168,7 @@ void pm_pageheap_free(pm_span_t *s);
 /* Frees s with its pages returned to the OS first (a block a realloc
  * moved away from). */
 void pm_pageheap_free_released(pm_span_t *s);
+void pm_pageheap_free_moved(pm_span_t *s, int fresh); /* realloc's old copy: kept or released (pagerelease.c) */
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 /* Stretches of address space the heap holds, and the most that unmapping
  * may split it into (tests lower it). */
@@ -203,6 +204,8 @@ typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_pl
 enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
 void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
 void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
+/* 1: the old copy (pages) of a moved block stays; fresh: its new block came from the OS */
+int pm_release_keep_moved_locked(const pm_heap_view_t *v, uint64_t pages, int fresh);
 void pm_release_stale_full_locked(void);     /* a full batch of stale runs: look again soon */
 int pm_release_tick_due(uint64_t now);       /* 1 at most 8 times a second */
 uint64_t pm_release_decay_ns(void);
@@ -368,7 +371,8 @@ void pm_alloc_large_stats(uint64_t *bytes, uint64_t *requested, uint64_t *count)
 
 /* ---- large.c: large blocks, and realloc's in-place strategies --------- */
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero);
-void pm_large_free(pm_span_t *s, int release);          /* release: pages to the OS first */
+void pm_large_free(pm_span_t *s);
+void pm_large_free_moved(pm_span_t *s, const void *q);  /* realloc moved its block to q */
 void pm_large_resized(pm_span_t *s, size_t size);       /* kept its pages; now asked `size` */
 int pm_large_is_big(const pm_span_t *s);                 /* realloc doubles it and moves its pages */
 int pm_large_shed_reserve(pm_span_t *s);                 /* 1: gave back its reserve */

@@ -51,9 +51,10 @@ static void test_alloc_realloc_headroom(void **state)
 
 
 /* A large block grows in place into the free pages after it; when it
- * cannot and must move, it gets twice its old size and the block it leaves
- * is not kept resident in the page heap (from 1 MiB: moved with its pages,
- * or copied and released at once). */
+ * cannot and must move onto fresh pages, it gets twice its old size and
+ * the block it leaves is not kept resident in the page heap (from 1 MiB:
+ * moved with its pages, or copied and released at once; one moved into
+ * resident pages may stay, test_pageheap_moved_copy_kept_within_use). */
 static void test_alloc_realloc_large_in_place(void **state)
 {
     (void)state;

@@ -705,6 +705,49 @@ static void test_central_release_free_fork(void **state)
 /* What parks per class: up to 64 KiB for classes of up to 1 KiB, 16 KiB
  * above; a class above 1 KiB whose batch is bigger than that parks short
  * chains only, and what does not fit goes back to its spans. */
+/* The old copy of a block realloc moved stays resident when its new block
+ * came from resident pages and the free pages, with it, stay within those
+ * in use (a user's cap instead when set), else it goes back at once
+ * (pagerelease.c pm_release_keep_moved_locked; bench/run.sh's vectors). */
+static void test_pageheap_moved_copy_kept_within_use(void **state)
+{
+    (void)state;
+    enum { USED = 2000, COPY = 300 };
+    pm_options_t saved = pm_options;
+    pm_pageheap_release_all();
+    pm_span_t *used = pm_pageheap_alloc(USED), *copy = pm_pageheap_alloc(COPY);
+    assert_true(used && copy);
+    uint64_t free0 = ph_stats().free;
+    pm_pageheap_free_moved(copy, 0); /* the new block was resident: kept */
+    assert_int_equal(ph_stats().free, free0 + (uint64_t)COPY * PAGE);
+    copy = pm_pageheap_alloc(COPY);
+    assert_non_null(copy);
+    assert_int_equal(ph_stats().free, free0);
+    pm_pageheap_free_moved(copy, 1); /* the new block came from the OS: released */
+    assert_int_equal(ph_stats().free, free0);
+
+    /* free pages past those in use (USED + COPY) with the copy: released */
+    pm_span_t *extra = pm_pageheap_alloc(USED + COPY / 2);
+    copy = pm_pageheap_alloc(COPY);
+    assert_true(extra && copy);
+    pm_pageheap_free(extra);
+    uint64_t free1 = ph_stats().free;
+    assert_true(free1 >= free0 + (uint64_t)(USED + COPY / 2) * PAGE);
+    pm_pageheap_free_moved(copy, 0);
+    assert_int_equal(ph_stats().free, free1);
+    /* ... but within a cap the user set */
+    copy = pm_pageheap_alloc(COPY);
+    assert_non_null(copy);
+    free1 = ph_stats().free;
+    pm_options.release_bytes_set = 1;
+    pm_options.release_bytes = (size_t)1 << 40;
+    pm_pageheap_free_moved(copy, 0);
+    assert_int_equal(ph_stats().free, free1 + (uint64_t)COPY * PAGE);
+    pm_options = saved;
+    pm_pageheap_free(used);
+    pm_pageheap_release_all();
+}
+
 int main(void)
 {
     core_test_init();
@@ -729,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_cut_keeps_age),
         cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_excess_keeps_holes_out),
+        cmocka_unit_test(test_pageheap_moved_copy_kept_within_use),
         cmocka_unit_test(test_central_release_free),
         cmocka_unit_test(test_central_release_free_race),
         cmocka_unit_test(test_central_release_free_fork),
