@@ -291,11 +291,12 @@ void *pm_realloc(void *p, size_t size)
         q = alloc_reserve(size, reserve, 1, 0, 0);
         if (!q) errno = saved; /* the exact size may still fit */
     }
-    if (!q) q = pm_malloc_inline(size);
+    /* (not inlined: a move copies the block anyway) */
+    if (!q) q = pm_malloc(size);
     if (!q && size > old && pm_large_shed_reserve(s)) {
         errno = saved;
         old = span_usable(s);
-        q = pm_malloc_inline(size);
+        q = pm_malloc(size);
     }
     if (!q) {
         if (size > old) return NULL;
@@ -344,10 +345,19 @@ void *pm_memalign(size_t align, size_t size)
     if (PM_UNLIKELY(size > PTRDIFF_MAX || align > PTRDIFF_MAX / 2)) return enomem();
     if (align <= PM_PAGE_SIZE && size <= PM_MAX_SMALL) {
         /* a class whose size is a multiple of align has aligned objects,
-         * since spans start on page boundaries; the sampler and the
-         * profile see the size asked for, not the class's */
-        for (unsigned cls = pm_sizeclass_of(size < align ? align : size); cls < pm_class_count; cls++)
-            if (pm_class_size[cls] % align == 0) return alloc_reserve(size, pm_class_size[cls], 1, 0, 0);
+         * since spans start on page boundaries, and its list serves them
+         * as malloc's does (C++'s aligned new of alignas(64) objects,
+         * posix_memalign(4096) buffers; test_memalign_classes); the
+         * sampler and the profile see the size asked for, not the class's */
+        unsigned cls = pm_align_class[__builtin_ctzll(align) - 5][pm_sizeclass_of(size)];
+        if (cls) {
+            if (!pm_config_debug) {
+                void *p = pm_tcache_pop_inline(cls, size);
+                if (PM_LIKELY(p != NULL)) return p;
+                pm_sampler_refund(&pm_tls.sampler, size);
+            }
+            return alloc_reserve(size, pm_class_size[cls], 1, 0, 0);
+        }
     }
     return alloc_any(size, align > PM_PAGE_SIZE ? align >> PM_PAGE_SHIFT : 1, 0);
 }

@@ -16,13 +16,12 @@
 
 #include "pm_internal.h"
 
-PM_INLINE void *pm_malloc_inline(size_t size)
+/* A block of class cls off the thread's list for a request of size bytes,
+ * or NULL, the sampler charged either way (the slow path refunds it). */
+PM_INLINE void *pm_tcache_pop_inline(unsigned cls, size_t size)
 {
-    if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
-    /* sizes up to 1 KiB take one compare to their class */
-    if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
     pm_tcache_t *t = &pm_tls;
-    pm_tlist_t *l = &t->list[pm_sizeclass_of(size)];
+    pm_tlist_t *l = &t->list[cls];
     void *p = l->head;
     /* charged first, in one read-modify-write: the slow path knows */
     int lasts = pm_sampler_charge(&t->sampler, size);
@@ -37,6 +36,16 @@ PM_INLINE void *pm_malloc_inline(size_t size)
         __builtin_prefetch(next, 1);
         return p;
     }
+    return NULL;
+}
+
+PM_INLINE void *pm_malloc_inline(size_t size)
+{
+    if (pm_config_debug) return pm_alloc_slow(size); /* checks every link */
+    /* sizes up to 1 KiB take one compare to their class */
+    if (PM_UNLIKELY(size > 1024) && size > PM_MAX_SMALL) return pm_alloc_slow(size);
+    void *p = pm_tcache_pop_inline(pm_sizeclass_of(size), size);
+    if (PM_LIKELY(p != NULL)) return p;
     return pm_alloc_slow_charged(size);
 }
 

@@ -78,6 +78,11 @@ extern uint16_t pm_class_batch[PM_CLASS_MAX];
  * start with one load, one multiply and one compare. */
 extern uint64_t pm_free_magic[256];
 extern uint32_t pm_class_count;          /* classes are 1 .. pm_class_count-1 */
+/* [log2(align) - 5][cls]: the first class from cls on whose size is a
+ * multiple of align (32 .. PM_PAGE_SIZE), whose objects are then aligned
+ * as spans start on pages; 0: none (memalign) */
+#define PM_ALIGN_CLASSES (PM_PAGE_SHIFT - 4)
+extern uint8_t pm_align_class[PM_ALIGN_CLASSES][PM_CLASS_MAX];
 void pm_sizeclass_init(void);
 
 PM_INLINE size_t pm_class_slot(size_t size)

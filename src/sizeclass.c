@@ -12,6 +12,7 @@ uint32_t pm_class_size[PM_CLASS_MAX];
 uint16_t pm_class_pages[PM_CLASS_MAX];
 uint16_t pm_class_batch[PM_CLASS_MAX];
 uint64_t pm_free_magic[256];
+uint8_t pm_align_class[PM_ALIGN_CLASSES][PM_CLASS_MAX];
 uint32_t pm_class_count;
 
 static size_t pages_for(size_t size)
@@ -52,5 +53,12 @@ void pm_sizeclass_init(void)
         size_t max = slot <= 64 ? slot * 16 : (slot - 120) << 7;
         while (pm_class_size[cls] < max) cls++;
         pm_class_index[slot] = (uint8_t)cls;
+    }
+    for (unsigned a = 0; a < PM_ALIGN_CLASSES; a++) {
+        unsigned next = 0;
+        for (unsigned k = c - 1; k >= 1; k--) {
+            if (!(pm_class_size[k] & (((uint32_t)32 << a) - 1))) next = k;
+            pm_align_class[a][k] = (uint8_t)next;
+        }
     }
 }

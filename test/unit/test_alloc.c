@@ -219,8 +219,8 @@ static void test_realloc_in_place_by_page_info(void **state)
     pm_free(p);
 }
 
-/* Growing a block reserves a quarter more than the old one (small and
- * large), while a jump past that gets the size asked for. */
+/* Every alignment and size class, glibc's rounding of a bad alignment,
+ * posix_memalign's EINVAL, valloc and pvalloc. */
 static void test_alloc_memalign(void **state)
 {
     (void)state;
@@ -259,6 +259,32 @@ static void test_alloc_memalign(void **state)
     assert_int_equal((uintptr_t)p % 4096, 0);
     assert_true(pm_usable_size(p) >= 8192);
     pm_free(p);
+}
+
+/* An alignment up to a page is served by the smallest class at least the
+ * size whose size it divides (pm_align_class, a table since the first such
+ * class was looked for at every call), from the thread's list as malloc
+ * is: a block of up to 8 KiB freed comes back at once. */
+static void test_memalign_classes(void **state)
+{
+    (void)state;
+    for (size_t a = 32; a <= PM_PAGE_SIZE; a *= 2)
+        for (size_t s = 1; s <= PM_MAX_SMALL; s += s < 4096 ? 8 : s / 16) {
+            size_t want = 0;
+            for (unsigned c = 1; c < pm_class_count && !want; c++)
+                if (pm_class_size[c] >= s && pm_class_size[c] % a == 0) want = pm_class_size[c];
+            uint8_t *p = pm_memalign(a, s);
+            if (!p) fail_msg("memalign(%zu, %zu) failed", a, s);
+            if ((uintptr_t)p % a) fail_msg("memalign(%zu, %zu) = %p misaligned", a, s, (void *)p);
+            size_t got = pm_usable_size(p);
+            if (want && got != want) fail_msg("memalign(%zu, %zu): %zu bytes, want %zu", a, s, got, want);
+            if (got < s) fail_msg("memalign(%zu, %zu): only %zu bytes", a, s, got);
+            p[s - 1] = 1;
+            pm_free(p);
+            uint8_t *q = pm_memalign(a, s);
+            if (want && want <= 8192 && q != p) fail_msg("memalign(%zu, %zu): not the block just freed", a, s);
+            pm_free(q);
+        }
 }
 
 /* memalign with an alignment above the page size and size 0 must still
@@ -388,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_alloc_realloc),
         cmocka_unit_test(test_realloc_in_place_by_page_info),
         cmocka_unit_test(test_alloc_memalign),
+        cmocka_unit_test(test_memalign_classes),
         cmocka_unit_test(test_alloc_memalign_size_zero),
     };
     const struct CMUnitTest invalid_free[] = {
