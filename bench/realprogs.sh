@@ -64,7 +64,7 @@ EOF
 
 names=() cmds=()
 add() { names+=("$1"); cmds+=("$2"); }
-command -v gcc >/dev/null && add gcc "gcc -O2 -c src/prof_http.c -Isrc -Iinclude -o $tmp/prof_http.o && echo ok"
+command -v gcc >/dev/null && add gcc "gcc -O2 -D_GNU_SOURCE -c src/prof_http.c -Isrc -Iinclude -o $tmp/prof_http.o && echo ok"
 command -v python3 >/dev/null && add python3 "python3 $tmp/work.py"
 command -v sqlite3 >/dev/null && add sqlite3 "sqlite3 :memory: < $tmp/rows.sql"
 if command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
