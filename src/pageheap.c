@@ -476,7 +476,7 @@ static size_t pick_long_locked(int kind, pm_span_t **out, uint64_t before, int e
 static size_t pick_plan_locked(const pm_release_plan_t *plan, int absorb, pm_span_t **out);
 static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
-static size_t pick_for_growth_locked(pm_span_t **out, size_t n);
+static size_t pick_for_growth_locked(pm_span_t **out, size_t n, int event);
 
 /* The shortest free span of at least n pages, resident ones first, or
  * NULL; of the resident ones only when last_kind is KIND_FREE. */
@@ -647,7 +647,7 @@ static int grow(size_t n, size_t align, pm_span_t **take)
     if (take && pm_relaxed_load(&ph.nspare) >= 2) {
         carve_at_locked(s, page, n);
         *take = s;
-        k = pick_for_growth_locked(picked, n);
+        k = pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH);
     }
     pm_unlock(&ph.lock);
     if (k) release_picked(picked, k);
@@ -656,11 +656,11 @@ static int grow(size_t n, size_t align, pm_span_t **take)
 
 /* The heap is about to fault in n fresh pages because no resident free
  * span fits: what the policy's growth rule gives back (pagerelease.c). */
-static size_t pick_for_growth_locked(pm_span_t **out, size_t n)
+static size_t pick_for_growth_locked(pm_span_t **out, size_t n, int event)
 {
     pm_release_plan_t plan;
     pm_heap_view_t v = view_locked(n);
-    pm_release_choose_locked(&v, PM_RELEASE_GROWTH, &plan);
+    pm_release_choose_locked(&v, event, &plan);
     return pick_plan_locked(&plan, 0, out);
 }
 
@@ -774,7 +774,7 @@ pm_span_t *pm_pageheap_alloc(size_t n)
             if (s) {
                 carve_locked(s, n);
                 pm_span_t *picked[RELEASE_BATCH];
-                size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
+                size_t k = s->zeroed ? pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH) : 0;
                 pm_unlock(&ph.lock);
                 if (k) release_picked(picked, k);
                 return s;
@@ -815,7 +815,7 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
             if (s) {
                 carve_at_locked(s, at, n);
                 pm_span_t *picked[RELEASE_BATCH];
-                size_t k = s->zeroed ? pick_for_growth_locked(picked, n) : 0;
+                size_t k = s->zeroed ? pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH) : 0;
                 pm_unlock(&ph.lock);
                 if (k) release_picked(picked, k);
                 return s;
@@ -915,16 +915,25 @@ static void remark(pm_span_t *s)
     pm_unlock(&ph.lock);
 }
 
+/* s now lies at page, n pages long; its growth is fresh pages the program
+ * is about to fault in, as a new run's would be: the growth rule gives
+ * back resident free pages for them (pagerelease.c rule_move). */
 static void moved_to(pm_span_t *s, uintptr_t page, size_t n)
 {
+    pm_span_t *picked[RELEASE_BATCH];
+    uint64_t now = clock_now();
     ph_lock();
+    clock_locked(now);
     heap_gains(page, n);
-    ph.mapped_pages += n - s->npages;
+    size_t grown = n - s->npages;
+    ph.mapped_pages += grown;
     s->page = page;
     s->npages = n;
     s->zeroed = 0;
     mark_ends(s);
+    size_t k = pick_for_growth_locked(picked, grown, PM_RELEASE_MOVE);
     pm_unlock(&ph.lock);
+    if (k) release_picked(picked, k);
 }
 
 /* No place could be reserved (the address space is short: RLIMIT_AS):

@@ -206,7 +206,7 @@ typedef struct pm_release_plan { /* what the page heap picks (pageheap.c pick_pl
     uint64_t stale_before;
     int stale_edges;          /* ... and younger ones whose unmapping splits no mapping (an edge) */
 } pm_release_plan_t;
-enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH };
+enum { PM_RELEASE_FREE, PM_RELEASE_TICK, PM_RELEASE_GROWTH, PM_RELEASE_MOVE };
 void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_plan_t *plan);
 void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
 /* 1: the old copy (pages) of a moved block stays; fresh: its new block came from the OS */

@@ -99,6 +99,28 @@ static void test_pageheap_growth_keeps_young(void **state)
     pm_pageheap_free(sep);
 }
 
+/* A span moved with its pages faults its growth in as fresh pages and is
+ * never cut from a free run: the young ones go back too, down to the
+ * growth rule's floor (pagerelease.c rule_move), where a fresh run keeps
+ * them (test_pageheap_growth_keeps_young). */
+static void test_pageheap_move_releases_young(void **state)
+{
+    (void)state;
+    enum { B = 500, USED = 400, N = 100, M = 700 };
+    pm_pageheap_release_all();
+    pm_span_t *s = pm_pageheap_alloc(N), *x = pm_pageheap_alloc(B), *sep = pm_pageheap_alloc(1),
+              *used = pm_pageheap_alloc(USED);
+    assert_true(s && x && sep && used);
+    memset(page_ptr(x->page), 1, B * PAGE);
+    pm_pageheap_free(x);
+    assert_int_equal(ph_stats().free, B * PAGE);
+    assert_int_equal(pm_pageheap_move(s, M, 1), 1);
+    assert_int_equal(ph_stats().free, 0); /* young, and gone: 500 > (700 + 401) / 4 */
+    pm_pageheap_free(s);
+    pm_pageheap_free(used);
+    pm_pageheap_free(sep);
+}
+
 static void test_pageheap_release_all(void **state)
 {
     (void)state;
@@ -762,6 +784,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pageheap_growth_floor),
         cmocka_unit_test(test_pageheap_growth_keeps_young),
+        cmocka_unit_test(test_pageheap_move_releases_young),
         cmocka_unit_test(test_pageheap_release_all),
         cmocka_unit_test(test_pageheap_release_cap_grows_with_heap),
         cmocka_unit_test(test_pageheap_cap_paced),
