@@ -11,7 +11,7 @@
 # buffers filled), large2 (64 KiB-8 MiB blocks, every page written, on two
 # threads at once: the page heap's lock), holes (1-3 MiB blocks among
 # 10 000 free runs), rounds (700 MB of small, medium and large blocks freed
-# and made again),
+# and made again), vectors (buffers doubled by realloc on two threads),
 # prodcons and churn, on glibc, jemalloc, tcmalloc, mimalloc, pm-0 and
 # pm: time and peak RSS against glibc and against the faster of tcmalloc
 # and mimalloc, and profiling's cost (pm / pm-0).
@@ -183,7 +183,7 @@ if [ $WHICH != core ]; then
         p=$(find_lib "${a#*:}")
         [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
     done
-    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat large2 holes rounds)
+    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat large2 holes rounds vectors)
     sz_cmd() {
         case $1 in
         mixed) echo "mixed -t 1" ;;
@@ -198,6 +198,7 @@ if [ $WHICH != core ]; then
         large2) echo "large -t 2" ;;
         holes) echo "holes" ;;
         rounds) echo "rounds -n 3" ;;
+        vectors) echo "grow -m double -t 2 -l 32 -z 4194304 -n 10" ;;
         esac
     }
     for ((r = 1; r <= ROUNDS; r++)); do
