@@ -1,6 +1,6 @@
 # bench/bench.mk — benchmark targets, included by the top-level Makefile.
 # Uses BUILD (build dir), CC and PM_SO ($(BUILD)/libprofmalloc.so) from it.
-#   make bench         full run (~10-15 min on 2 cores): writes doc/benchmarks.md
+#   make bench         full run (~32 min on 2 cores): writes doc/benchmarks.md
 #                      and doc/img/benchmarks-{time,rss}.svg
 #   make bench-quick   smoke test (< 1 min): writes $(BUILD)/bench-quick/
 #   make bench-progs   only build the workloads
