@@ -1331,8 +1331,6 @@ void pm_pageheap_skip_time(uint64_t ns)
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
-void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
-
 /* The policy decides under the lock and free_span takes it again: a lock
  * more on a path that has just copied 256 KiB or more, and no code more on
  * the paths every free runs (check-text-resident). */

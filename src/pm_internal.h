@@ -170,10 +170,10 @@ void pm_bad_link(int in_free, const void *link) __attribute__((noreturn, cold));
 pm_span_t *pm_pageheap_alloc(size_t npages);
 pm_span_t *pm_pageheap_alloc_aligned(size_t npages, size_t align_pages);
 void pm_pageheap_free(pm_span_t *s);
-/* Frees s with its pages returned to the OS first (a block a realloc
- * moved away from). */
-void pm_pageheap_free_released(pm_span_t *s);
-void pm_pageheap_free_moved(pm_span_t *s, int fresh); /* realloc's old copy: kept or released (pagerelease.c) */
+/* Frees realloc's old copy of a moved block: kept resident, or its pages
+ * returned to the OS first, as the policy says (pagerelease.c); fresh:
+ * the new block came from the OS, and the copy always goes. */
+void pm_pageheap_free_moved(pm_span_t *s, int fresh);
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 /* Stretches of address space the heap holds, and the most that unmapping
  * may split it into (tests lower it). */

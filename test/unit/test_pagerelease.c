@@ -423,7 +423,7 @@ static void test_pageheap_decay_unmaps(void **state)
     memset(page_ptr(bpage), 2, LONG * PAGE);
     memset(page_ptr(cpage), 3, SHORT * PAGE);
     pm_pageheap_free(a);          /* FREE, resident */
-    pm_pageheap_free_released(b); /* released at once, still mapped */
+    pm_pageheap_free_moved(b, 1); /* released at once, still mapped */
     pm_pageheap_free(c);
     unsigned char vec[LONG * PAGE / 4096];
     assert_int_equal(mincore(page_ptr(apage), LONG * PAGE, vec), 0);
