@@ -16,7 +16,7 @@
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow vectors large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
-#            medium server tide bigtouch bigrepeat holes rounds thrash scratch
+#            medium server tide bigtouch aligned bigrepeat holes rounds thrash scratch
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +32,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow vectors large large-mt bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium server tide bigtouch bigrepeat holes rounds thrash scratch"
+    mixed mixed-mt medium server tide bigtouch aligned bigrepeat holes rounds thrash scratch"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -203,6 +203,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     bigtouch:full)     echo "bigtouch" ;;
     bigtouch:small)    echo "bigtouch -n 20000" ;;
     bigtouch:quick)    echo "bigtouch -n 5000" ;;
+    aligned:full)      echo "bigtouch -m aligned" ;;
+    aligned:small)     echo "bigtouch -m aligned -n 20000" ;;
+    aligned:quick)     echo "bigtouch -m aligned -n 5000" ;;
     bigrepeat:full)    echo "bigrepeat" ;;
     bigrepeat:small)   echo "bigrepeat -n 200" ;;
     bigrepeat:quick)   echo "bigrepeat -n 50" ;;
@@ -383,6 +386,7 @@ md="$OUT/benchmarks.md"
         [ $w = thrash ] && desc="$THREADS threads each reusing an 8-byte block of its own, written 1 000 times a round (false sharing between the threads' blocks)"
         [ $w = scratch ] && desc="thrash, but each thread first frees an 8-byte block the main thread made next to the others' (false sharing through a freed block)"
         [ $w = vectors ] && desc="grow -m double with $THREADS threads: each doubles 32 buffers of its own in turn, to 1-4 MiB (vectors and slices; the old copies realloc leaves)"
+        [ $w = aligned ] && desc="bigtouch -m aligned: the blocks from posix_memalign on 64 KiB-2 MiB"
         [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"

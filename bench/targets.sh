@@ -7,7 +7,8 @@
 # A second table covers the whole size range (issue 25's workloads): mixed
 # (16 B-256 KiB, 1 and 2 threads), medium (1-256 KiB only), server (trees
 # freed by another thread), tide (a live set rising to 320 MB and falling),
-# bigtouch (64 KiB-4 MiB, three bytes touched), bigrepeat (2-16 MiB
+# bigtouch (64 KiB-4 MiB, three bytes touched), aligned (the same from
+# posix_memalign on 64 KiB-2 MiB), bigrepeat (2-16 MiB
 # buffers filled), large2 (64 KiB-8 MiB blocks, every page written, on two
 # threads at once: the page heap's lock), holes (1-3 MiB blocks among
 # 10 000 free runs), rounds (700 MB of small, medium and large blocks freed
@@ -183,7 +184,7 @@ if [ $WHICH != core ]; then
         p=$(find_lib "${a#*:}")
         [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
     done
-    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch bigrepeat large2 holes rounds vectors)
+    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch aligned bigrepeat large2 holes rounds vectors)
     sz_cmd() {
         case $1 in
         mixed) echo "mixed -t 1" ;;
@@ -194,6 +195,7 @@ if [ $WHICH != core ]; then
         churn) echo "churn -t 1 -n 5000000" ;;
         tide) echo "tide -n 2" ;;
         bigtouch) echo "bigtouch" ;;
+        aligned) echo "bigtouch -m aligned" ;;
         bigrepeat) echo "bigrepeat -n 1000" ;;
         large2) echo "large -t 2" ;;
         holes) echo "holes" ;;

@@ -584,6 +584,62 @@ static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
     return NULL;
 }
 
+/* The free neighbour of s at the page before it (before) or after it, or
+ * NULL. */
+static pm_span_t *free_beside(const pm_span_t *s, int before)
+{
+    pm_span_t *t = before ? (s->page ? pm_pagemap_span(s->page - 1) : NULL) : pm_pagemap_span(s->page + s->npages);
+    if (!t || (before ? t->page + t->npages != s->page : t->page != s->page + s->npages)) return NULL;
+    uint8_t st = state_of(t);
+    return st == PM_SPAN_FREE || st == PM_SPAN_RETURNED ? t : NULL;
+}
+
+/* Free runs a stretch taken across may hold on either side of its FREE span. */
+#define ACROSS_SIDE 8
+
+/* n pages starting on a multiple of align, in use, taken across a stretch
+ * of free runs around a FREE span, or NULL.  Runs of the two states never
+ * merge, and the short fresh rests that aligned blocks were cut from split
+ * the resident runs freed between them: 64 KiB-aligned blocks of up to
+ * 4 MiB, 64 live, mapped and unmapped one in four, 1.9 s against 0.25 s
+ * now (tcmalloc 0.15).  Each run keeps what the block does not take, in
+ * its state.  Looks at the ALIGNED_SCAN newest FREE spans; needs two
+ * spares (test_pageheap_aligned_across_returned). */
+static PM_NOINLINE pm_span_t *aligned_across_locked(size_t n, size_t align)
+{
+    size_t budget = ALIGNED_SCAN;
+    for (pm_span_t *f = ph.newest; f && budget--; f = f->older) {
+        pm_span_t *part[2 * ACROSS_SIDE + 1];
+        int first = ACROSS_SIDE, last = ACROSS_SIDE;
+        part[first] = f;
+        while (first > 0 && (part[first - 1] = free_beside(part[first], 1))) first--;
+        while (last < 2 * ACROSS_SIDE && (part[last + 1] = free_beside(part[last], 0))) last++;
+        uintptr_t lo = part[first]->page, hi = part[last]->page + part[last]->npages;
+        uintptr_t at = (lo + align - 1) & ~(uintptr_t)(align - 1);
+        if (first == last || at < lo || at > hi || hi - at < n) continue;
+        pm_span_t *s = NULL;
+        int zeroed = 1;
+        for (int i = first; i <= last; i++) { /* each run's share, in page order */
+            pm_span_t *t = part[i];
+            uintptr_t from = at > t->page ? at : t->page, to = t->page + t->npages;
+            if (to > at + n) to = at + n;
+            if (from >= to) continue;
+            carve_at_locked(t, from, to - from);
+            zeroed &= t->zeroed;
+            if (!s) {
+                s = t;
+                continue;
+            }
+            s->npages += t->npages;
+            spare_put_locked(t);
+        }
+        s->zeroed = (uint8_t)zeroed;
+        mark_ends(s);
+        return s;
+    }
+    return NULL;
+}
+
 /* Pages grow() maps for n pages aligned to `align` pages, page-map leaves
  * included: what a limit on the address space must leave room for. */
 static size_t grow_need(size_t n, size_t align)
@@ -812,8 +868,9 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t n, size_t align)
             pm_span_t *s = aligned_fit_locked(n, align, &at);
             if (!s && (s = best_fit_locked(n + align - 1)))
                 at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
+            if (s) carve_at_locked(s, at, n);
+            else s = aligned_across_locked(n, align);
             if (s) {
-                carve_at_locked(s, at, n);
                 pm_span_t *picked[RELEASE_BATCH];
                 size_t k = s->zeroed ? pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH) : 0;
                 pm_unlock(&ph.lock);

@@ -431,6 +431,73 @@ static void test_pageheap_aligned_growth(void **state)
     pm_pageheap_release_all();
 }
 
+/* An aligned span no single free run holds is taken across neighbouring
+ * runs of both states (RETURNED, FREE, RETURNED, or the other way round)
+ * rather than mapped: runs of the two states never merge, and the short
+ * fresh rests aligned blocks were cut from kept the resident runs freed
+ * between them apart, so 64 KiB-aligned blocks of up to 4 MiB grew the heap
+ * one in four.  Each run keeps what the span does not take, in its state. */
+static void test_pageheap_aligned_across_returned(void **state)
+{
+    (void)state;
+    enum { N = 64 }; /* under UNMAP_PAGES: the released runs stay mapped */
+    for (int layout = 0; layout < 2; layout++) {
+        pm_pageheap_release_all(); /* no free run of 2N pages is left */
+        pm_span_t *big = pm_pageheap_alloc_aligned(8 * N, 8 * N);
+        assert_non_null(big);
+        uintptr_t base = big->page;
+        pm_pageheap_free(big); /* the only FREE run */
+        pm_span_t *x = pm_pageheap_alloc_aligned(N, 8 * N);
+        pm_span_t *a = pm_pageheap_alloc(N), *b = pm_pageheap_alloc(N), *c = pm_pageheap_alloc(N);
+        pm_span_t *y = pm_pageheap_alloc(4 * N);
+        assert_true(x && a && b && c && y);
+        /* x and y in use keep the stretch a, b, c apart from the rest */
+        assert_int_equal(x->page, base);
+        assert_int_equal(a->page, base + N);
+        assert_int_equal(b->page, base + 2 * N);
+        assert_int_equal(c->page, base + 3 * N);
+        assert_int_equal(y->page, base + 4 * N);
+        memset(page_ptr(a->page), 0x5a, 3 * N * PAGE);
+        uint8_t want[3] = {PM_SPAN_RETURNED, PM_SPAN_FREE, PM_SPAN_RETURNED};
+        if (layout) want[0] = want[2] = PM_SPAN_FREE, want[1] = PM_SPAN_RETURNED;
+        pm_span_t *abc[3] = {a, b, c};
+        for (int i = 0; i < 3; i++) {
+            if (want[i] == PM_SPAN_RETURNED) pm_pageheap_free_moved(abc[i], 1);
+            else pm_pageheap_free(abc[i]);
+        }
+        for (int i = 0; i < 3; i++) {
+            pm_span_t *t = pm_pagemap_span(base + (uintptr_t)(i + 1) * N);
+            assert_int_equal(t->state, want[i]);
+            assert_int_equal(t->npages, N); /* none merged */
+        }
+        pm_pageheap_stats_t before = ph_stats();
+        pm_span_t *s = pm_pageheap_alloc_aligned(2 * N, N);
+        assert_non_null(s);
+        pm_pageheap_stats_t after = ph_stats();
+        assert_int_equal(after.mapped, before.mapped); /* the heap did not grow */
+        assert_int_equal(s->page, base + N);
+        assert_int_equal(s->npages, 2 * N);
+        assert_int_equal(s->state, PM_SPAN_IN_USE);
+        assert_int_equal(s->zeroed, 0); /* part of it was resident */
+        assert_ptr_equal(pm_pagemap_span(s->page), s);
+        assert_ptr_equal(pm_pagemap_span(s->page + 2 * N - 1), s);
+        pm_span_t *rest = pm_pagemap_span(base + 3 * N);
+        assert_int_equal(rest->page, base + 3 * N);
+        assert_int_equal(rest->npages, N);
+        assert_int_equal(rest->state, want[2]);
+        assert_int_equal(after.in_use - before.in_use, 2 * N * PAGE);
+        uint64_t from_free = (want[0] == PM_SPAN_FREE) + (want[1] == PM_SPAN_FREE);
+        assert_int_equal(before.free - after.free, from_free * N * PAGE);
+        assert_int_equal(before.released - after.released, (2 - from_free) * N * PAGE);
+        assert_int_equal(pm_pageheap_verify(), 0);
+        memset(page_ptr(s->page), 0x11, 2 * N * PAGE);
+        pm_pageheap_free(s);
+        pm_pageheap_free(x);
+        pm_pageheap_free(y);
+    }
+    pm_pageheap_release_all();
+}
+
 /* pm_os_one_mapping tells a range in one mapping from one across two (the
  * kernel refuses to move those), and leaves the mappings as they were;
  * pm_os_mapped tells a hole from a mapped page. */
@@ -1146,6 +1213,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_aligned),
         cmocka_unit_test(test_pageheap_aligned_reuse),
         cmocka_unit_test(test_pageheap_aligned_growth),
+        cmocka_unit_test(test_pageheap_aligned_across_returned),
         cmocka_unit_test(test_pageheap_move),
         cmocka_unit_test(test_os_one_mapping),
         cmocka_unit_test(test_pageheap_unmaps_islands),
