@@ -260,6 +260,21 @@ static pm_span_t *tree_fit(pm_span_t *t, size_t n)
     return best;
 }
 
+/* The shortest span of the tree after k in (npages, page) order, or NULL. */
+static pm_span_t *tree_after(pm_span_t *t, const pm_span_t *k)
+{
+    pm_span_t *best = NULL;
+    while (t) {
+        if (tree_less(k, t)) {
+            best = t;
+            t = t->tl;
+        } else {
+            t = t->tr;
+        }
+    }
+    return best;
+}
+
 static void list_insert(pm_span_t *s)
 {
     pm_span_t **head = list_for(kind_of(s), s->npages);
@@ -564,14 +579,16 @@ static void carve_at_locked(pm_span_t *s, uintptr_t start, size_t n)
 #define ALIGNED_SCAN 64
 
 /* A free span holding n pages that start on a multiple of align, resident
- * ones first; *start is where.  Looks at up to ALIGNED_SCAN spans. */
-static pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
+ * ones first, the shortest first; *start is where.  Looks at up to
+ * ALIGNED_SCAN spans (test_pageheap_aligned_best_fit). */
+static PM_NOINLINE pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr_t *start)
 {
     size_t budget = ALIGNED_SCAN;
     for (int kind = KIND_FREE; kind <= KIND_RETURNED; kind++) {
-        /* exact lists n..LISTS, then list 0 (every run longer than LISTS) */
+        /* exact lists n..LISTS, then the longer runs (the size tree) */
         for (size_t i = n <= LISTS ? n : LISTS + 1; i <= LISTS + 1; i++) {
-            for (pm_span_t *s = ph.lists[kind][i <= LISTS ? i : 0]; s; s = s->next) {
+            pm_span_t *s = i <= LISTS ? ph.lists[kind][i] : tree_fit(ph.tree[kind], n > LISTS ? n : LISTS + 1);
+            for (; s; s = i <= LISTS ? s->next : tree_after(ph.tree[kind], s)) {
                 uintptr_t at = (s->page + align - 1) & ~(uintptr_t)(align - 1);
                 if (s->npages >= n && at - s->page <= s->npages - n) {
                     *start = at;
