@@ -617,11 +617,10 @@ static pm_span_t *free_beside(const pm_span_t *s, int before)
 /* n pages starting on a multiple of align, in use, taken across a stretch
  * of free runs around a FREE span, or NULL.  Runs of the two states never
  * merge, and the short fresh rests that aligned blocks were cut from split
- * the resident runs freed between them: 64 KiB-aligned blocks of up to
- * 4 MiB, 64 live, mapped and unmapped one in four, 1.9 s against 0.25 s
- * now (tcmalloc 0.15).  Each run keeps what the block does not take, in
- * its state.  Looks at the ALIGNED_SCAN newest FREE spans; needs two
- * spares (test_pageheap_aligned_across_returned). */
+ * the resident runs freed between them, so such blocks were mapped afresh
+ * one in four (doc/design.md, aligned blocks).  Each run keeps what the
+ * block does not take, in its state.  Looks at the ALIGNED_SCAN newest
+ * FREE spans; needs two spares (test_pageheap_aligned_across_returned). */
 static PM_NOINLINE pm_span_t *aligned_across_locked(size_t n, size_t align)
 {
     size_t budget = ALIGNED_SCAN;
