@@ -462,22 +462,39 @@ static void mark_ends(pm_span_t *s)
     pm_pagemap_set_span(s->page + s->npages - 1, s);
 }
 
+/* The span whose last page is right before s (before) or whose first is
+ * right after it, or NULL.  Found through the page map, whose entries
+ * may name a struct reused since: its range is checked. */
+static inline pm_span_t *beside(const pm_span_t *s, int before)
+{
+    pm_span_t *t = before ? (s->page ? pm_pagemap_span(s->page - 1) : NULL) : pm_pagemap_span(s->page + s->npages);
+    return t && (before ? t->page + t->npages == s->page : t->page == s->page + s->npages) ? t : NULL;
+}
+
+/* beside(), when FREE or RETURNED. */
+static inline pm_span_t *free_beside(const pm_span_t *s, int before)
+{
+    pm_span_t *t = beside(s, before);
+    return t && (state_of(t) == PM_SPAN_FREE || state_of(t) == PM_SPAN_RETURNED) ? t : NULL;
+}
+
+/* s, on no list, takes in t, its free neighbour before it (before) or
+ * after it. */
+static inline void merge_locked(pm_span_t *s, pm_span_t *t, int before)
+{
+    list_remove(t);
+    if (before) s->page = t->page;
+    s->npages += t->npages;
+    spare_put_locked(t);
+}
+
 /* s is FREE or RETURNED and on no list: merge it with neighbours of the
  * same state, then insert it. */
 static void coalesce_insert_locked(pm_span_t *s)
 {
-    pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-    if (prev && state_of(prev) == s->state && prev->page + prev->npages == s->page) {
-        list_remove(prev);
-        s->page = prev->page;
-        s->npages += prev->npages;
-        spare_put_locked(prev);
-    }
-    pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-    if (next && state_of(next) == s->state && next->page == s->page + s->npages) {
-        list_remove(next);
-        s->npages += next->npages;
-        spare_put_locked(next);
+    for (int before = 1; before >= 0; before--) {
+        pm_span_t *t = beside(s, before);
+        if (t && state_of(t) == s->state) merge_locked(s, t, before);
     }
     mark_ends(s);
     list_insert(s);
@@ -599,16 +616,6 @@ static PM_NOINLINE pm_span_t *aligned_fit_locked(size_t n, size_t align, uintptr
         }
     }
     return NULL;
-}
-
-/* The free neighbour of s at the page before it (before) or after it, or
- * NULL. */
-static pm_span_t *free_beside(const pm_span_t *s, int before)
-{
-    pm_span_t *t = before ? (s->page ? pm_pagemap_span(s->page - 1) : NULL) : pm_pagemap_span(s->page + s->npages);
-    if (!t || (before ? t->page + t->npages != s->page : t->page != s->page + s->npages)) return NULL;
-    uint8_t st = state_of(t);
-    return st == PM_SPAN_FREE || st == PM_SPAN_RETURNED ? t : NULL;
 }
 
 /* Free runs a stretch taken across may hold on either side of its FREE span. */
@@ -944,9 +951,8 @@ int pm_pageheap_extend(pm_span_t *s, size_t n)
     ph_lock();
     clock_locked(now);
     PM_CHECK(s->state == PM_SPAN_IN_USE, "page heap: extending a span not in use");
-    pm_span_t *t = pm_pagemap_span(s->page + s->npages);
-    if (t && t->page == s->page + s->npages && t->npages >= need &&
-        (state_of(t) == PM_SPAN_FREE || state_of(t) == PM_SPAN_RETURNED)) {
+    pm_span_t *t = free_beside(s, 0);
+    if (t && t->npages >= need) {
         pm_age_t age = age_of(t);
         list_remove(t);
         if (t->npages > need) { /* the rest stays free, in the same struct */
@@ -1216,18 +1222,9 @@ static void pick(pm_span_t *s, pm_span_t **out, size_t *k, int absorb)
          * 1 MiB, would never be unmapped (test_pageheap_unmaps_long_runs).
          * Not on the policy's own releases: the released runs are what the
          * next large blocks are cut from (bench/large's page faults). */
-        pm_span_t *prev = s->page ? pm_pagemap_span(s->page - 1) : NULL;
-        if (prev && state_of(prev) == PM_SPAN_RETURNED && prev->page + prev->npages == s->page) {
-            list_remove(prev);
-            s->page = prev->page;
-            s->npages += prev->npages;
-            spare_put_locked(prev);
-        }
-        pm_span_t *next = pm_pagemap_span(s->page + s->npages);
-        if (next && state_of(next) == PM_SPAN_RETURNED && next->page == s->page + s->npages) {
-            list_remove(next);
-            s->npages += next->npages;
-            spare_put_locked(next);
+        for (int before = 1; before >= 0; before--) {
+            pm_span_t *t = beside(s, before);
+            if (t && state_of(t) == PM_SPAN_RETURNED) merge_locked(s, t, before);
         }
     }
     releasing_link_locked(s);
