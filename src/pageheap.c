@@ -245,12 +245,13 @@ static void tree_remove(pm_span_t **root, pm_span_t *s)
     *root = tree_merge(s->tl, s->tr);
 }
 
-/* The shortest span of at least n pages, the lowest of equals. */
-static pm_span_t *tree_fit(pm_span_t *t, size_t n)
+/* The first span of tree t after (npages, page) in the tree's order, or
+ * NULL. */
+static pm_span_t *tree_above(pm_span_t *t, size_t npages, uintptr_t page)
 {
     pm_span_t *best = NULL;
     while (t) {
-        if (t->npages >= n) {
+        if (t->npages > npages || (t->npages == npages && t->page > page)) {
             best = t;
             t = t->tl;
         } else {
@@ -260,20 +261,11 @@ static pm_span_t *tree_fit(pm_span_t *t, size_t n)
     return best;
 }
 
-/* The shortest span of the tree after k in (npages, page) order, or NULL. */
-static pm_span_t *tree_after(pm_span_t *t, const pm_span_t *k)
-{
-    pm_span_t *best = NULL;
-    while (t) {
-        if (tree_less(k, t)) {
-            best = t;
-            t = t->tl;
-        } else {
-            t = t->tr;
-        }
-    }
-    return best;
-}
+/* The shortest span of at least n pages (n > 0), the lowest of equals. */
+static inline pm_span_t *tree_fit(pm_span_t *t, size_t n) { return tree_above(t, n - 1, UINTPTR_MAX); }
+
+/* The span after k in the tree's order, or NULL. */
+static inline pm_span_t *tree_after(pm_span_t *t, const pm_span_t *k) { return tree_above(t, k->npages, k->page); }
 
 static void list_insert(pm_span_t *s)
 {
@@ -639,7 +631,7 @@ static PM_NOINLINE pm_span_t *aligned_across_locked(size_t n, size_t align)
         while (last < 2 * ACROSS_SIDE && (part[last + 1] = free_beside(part[last], 0))) last++;
         uintptr_t lo = part[first]->page, hi = part[last]->page + part[last]->npages;
         uintptr_t at = (lo + align - 1) & ~(uintptr_t)(align - 1);
-        if (first == last || at < lo || at > hi || hi - at < n) continue;
+        if (first == last || at > hi || hi - at < n) continue;
         pm_span_t *s = NULL;
         int zeroed = 1;
         for (int i = first; i <= last; i++) { /* each run's share, in page order */
