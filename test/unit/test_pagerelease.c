@@ -204,11 +204,14 @@ static void test_pageheap_release_cap_grows_with_heap(void **state)
     /* the same with the 64 MiB given: held at every free */
     assert_true(cap_kept(1, 12) <= (size_t)64 << 20);
     /* and once most of it is free the cap follows what is left in use,
-     * 96 MiB, then 64 MiB once only 32 MiB are; a free lets half the cap
-     * more wait for the next tick (test_pageheap_cap_paced), and runs go
-     * whole, so less may stay */
-    assert_true(cap_kept(0, 52) <= (size_t)144 << 20);
-    assert_true(cap_kept(0, 60) <= (size_t)96 << 20);
+     * 96 MiB, then 64 MiB once only 32 MiB are; a free enforces it past
+     * 1.5 times only on spans unused for an eighth of a second, so a burst
+     * of frees may leave up to twice the cap for the next tick
+     * (test_pageheap_cap_paced): 1.5 times was crossed by whether the
+     * test's own frees took that long (1 run in 30 under load).  Runs go
+     * whole, so less may stay. */
+    assert_true(cap_kept(0, 52) <= (size_t)192 << 20);
+    assert_true(cap_kept(0, 60) <= (size_t)128 << 20);
 }
 
 /* The default cap is paced: free pages past it (but within 1.5 times it) stay
