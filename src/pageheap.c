@@ -502,11 +502,11 @@ static void unmap_released(void);
 static void free_span(pm_span_t *s, int released);
 static size_t pick_for_growth_locked(pm_span_t **out, size_t n, int event);
 
-/* The shortest free span of at least n pages, resident ones first, or
- * NULL; of the resident ones only when last_kind is KIND_FREE. */
-static pm_span_t *fit_locked(size_t n, int last_kind)
+/* The shortest free span of at least n pages of the kinds first..last,
+ * resident ones first, or NULL. */
+static pm_span_t *fit_kinds_locked(size_t n, int first, int last)
 {
-    for (int kind = KIND_FREE; kind <= last_kind; kind++) {
+    for (int kind = first; kind <= last; kind++) {
         /* the shortest nonempty exact list of at least n pages */
         for (size_t w = n >> 6; n <= LISTS && w < PM_ARRAY_LEN(ph.nonempty[kind]); w++) {
             uint64_t bits = ph.nonempty[kind][w];
@@ -524,7 +524,8 @@ static pm_span_t *fit_locked(size_t n, int last_kind)
     return NULL;
 }
 
-static pm_span_t *best_fit_locked(size_t n) { return fit_locked(n, KIND_RETURNED); }
+static pm_span_t *fit_locked(size_t n, int kind) { return fit_kinds_locked(n, kind, kind); }
+static pm_span_t *best_fit_locked(size_t n) { return fit_kinds_locked(n, KIND_FREE, KIND_RETURNED); }
 
 int pm_pageheap_resident_fit(size_t n)
 {
@@ -831,9 +832,12 @@ static void give_back_failed(size_t n)
     pm_unlock(&ph.lock);
 }
 
-pm_span_t *pm_pageheap_alloc(size_t n)
+pm_span_t *pm_pageheap_alloc(size_t n) { return pm_pageheap_alloc_roomy(n, n); }
+
+pm_span_t *pm_pageheap_alloc_roomy(size_t n, size_t roomy)
 {
     if (n == 0 || n > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) return NULL;
+    if (roomy < n || roomy > (SIZE_MAX >> PM_PAGE_SHIFT) / 2) roomy = n;
     int gave_back = 0;
     for (;;) {
         if (reserve_spares() != 0) return NULL;
@@ -841,20 +845,28 @@ pm_span_t *pm_pageheap_alloc(size_t n)
         ph_lock();
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
-            pm_span_t *s = best_fit_locked(n);
+            /* a resident run of n pages, else a released one of roomy;
+             * a resident run is taken whole only when no longer than
+             * roomy: blocks that took roomy pages of longer ones held
+             * resident pages the cap no longer saw (bench/large's peak
+             * RSS +5 %) */
+            pm_span_t *s = fit_locked(n, KIND_FREE);
+            if (!s && roomy > n) s = fit_locked(roomy, KIND_RETURNED);
+            if (!s) s = fit_locked(n, KIND_RETURNED);
             if (s) {
-                carve_locked(s, n);
+                size_t take = s->npages <= roomy ? s->npages : s->state == PM_SPAN_FREE ? n : roomy;
+                carve_locked(s, take);
                 pm_span_t *picked[RELEASE_BATCH];
-                size_t k = s->zeroed ? pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH) : 0;
+                size_t k = s->zeroed ? pick_for_growth_locked(picked, take, PM_RELEASE_GROWTH) : 0;
                 pm_unlock(&ph.lock);
                 if (k) release_picked(picked, k);
                 return s;
             }
         }
         pm_unlock(&ph.lock);
-        if (grow(n, 1, NULL) != 0) {
-            if (gave_back) give_back_failed(n);
-            if (gave_back || !give_back_address_space(n, grow_need(n, 1))) return NULL;
+        if (grow(roomy, 1, NULL) != 0) {
+            if (gave_back) give_back_failed(roomy);
+            if (gave_back || !give_back_address_space(roomy, grow_need(roomy, 1))) return NULL;
             gave_back = 1;
         }
     }

@@ -28,6 +28,7 @@ cc -O2 "$tmp/small.c" -o "$tmp/small"
 # these stay in the cold part: one more 64 KiB window of code beside such
 # blocks is little, and the hot part must fit one (check-text-resident).
 printf '%s\n' pm_large_free_moved pm_pageheap_free_moved pm_release_keep_moved_locked \
+    pm_pageheap_move moved_to move_anywhere \
     aligned_fit_locked aligned_across_locked >"$tmp/cold"
 
 cold=$(nm "$so" | awk '$3 == "pm_text_cold" { print "0x" $1 }')

@@ -255,6 +255,62 @@ static void test_realloc_moves_into_resident_run(void **state)
     pm_free(b);
 }
 
+/* A large block cut from pages not resident takes up to 1/8 more, rounded
+ * up to one of 8 steps per doubling, so a block a few pages bigger than
+ * the one just freed is cut from the run that one left, where an exact
+ * run was a few pages short and the next block faulted in fresh pages
+ * (bench/pythreads' JSON strings); a resident run it takes whole when no
+ * longer than that, else only the pages it needs. */
+static void test_large_rounds_to_step(void **state)
+{
+    (void)state;
+    for (size_t pages = 32; pages < 4096; pages += 37) {
+        pm_pageheap_release_all();
+        size_t size = pages * PAGE - 100;
+        uint8_t *p = pm_malloc(size);
+        assert_non_null(p);
+        size_t got = pm_usable_size(p);
+        assert_true(got >= size);
+        assert_true(got <= size + size / 8 + PAGE);
+        pm_free(p);
+    }
+    /* fresh from the OS (longer than any run the heap has): the step */
+    size_t huge = ((size_t)64 << 20) + 3 * PAGE;
+    uint8_t *h = pm_malloc(huge);
+    assert_non_null(h);
+    assert_int_equal(pm_usable_size(h), (size_t)72 << 20);
+    pm_free(h);
+    pm_pageheap_release_all();
+    size_t first = 161 * PAGE - 100, next = 175 * PAGE;
+    uint8_t *a = pm_malloc(first);
+    assert_non_null(a);
+    assert_int_equal(pm_usable_size(a), 176 * PAGE);
+    memset(a, 3, first);
+    pm_free(a); /* the only resident free run */
+    uint8_t *b = pm_malloc(next);
+    assert_ptr_equal(b, a);
+    memset(b, 4, next);
+    pm_free(b);
+    /* from the resident run: the pages needed, its rest left free */
+    uint8_t *c = pm_malloc(100 * PAGE);
+    assert_ptr_equal(c, a);
+    assert_true(pm_usable_size(c) < 120 * PAGE);
+    uint8_t *d = pm_malloc(60 * PAGE);
+    assert_ptr_equal(d, c + pm_usable_size(c));
+    pm_free(c);
+    pm_free(d);
+    /* a resident run no longer than the rounded size: taken whole */
+    uint8_t *e = pm_malloc(170 * PAGE);
+    assert_ptr_equal(e, a);
+    assert_int_equal(pm_usable_size(e), 176 * PAGE);
+    pm_free(e);
+    /* posix_memalign's blocks keep their pages exact */
+    void *al = NULL;
+    assert_int_equal(pm_posix_memalign(&al, 64 * PAGE, 161 * PAGE), 0);
+    assert_int_equal(pm_usable_size(al), 161 * PAGE);
+    pm_free(al);
+}
+
 int main(void)
 {
     core_test_init();
@@ -265,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_calloc_follows_use),
         cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
         cmocka_unit_test(test_realloc_moves_into_resident_run),
+        cmocka_unit_test(test_large_rounds_to_step),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }
