@@ -260,7 +260,8 @@ static void test_realloc_moves_into_resident_run(void **state)
  * the one just freed is cut from the run that one left, where an exact
  * run was a few pages short and the next block faulted in fresh pages
  * (bench/pythreads' JSON strings); a resident run it takes whole when no
- * longer than that, else only the pages it needs. */
+ * longer than that, else only the pages it needs; realloc's reserve and
+ * posix_memalign's blocks take exact pages. */
 static void test_large_rounds_to_step(void **state)
 {
     (void)state;
@@ -304,6 +305,15 @@ static void test_large_rounds_to_step(void **state)
     assert_ptr_equal(e, a);
     assert_int_equal(pm_usable_size(e), 176 * PAGE);
     pm_free(e);
+    /* realloc's reserve is not rounded again */
+    uint8_t *g = pm_malloc(300000);
+    assert_non_null(g);
+    size_t gold = pm_usable_size(g), reserve = (gold + gold / 4 + PAGE - 1) / PAGE * PAGE;
+    uint8_t *g2 = pm_realloc(g, gold + 1);
+    assert_non_null(g2);
+    size_t gu = pm_usable_size(g2);
+    assert_true(gu == reserve || (g2 == g && gu == gold + PAGE)); /* (in place: just enough) */
+    pm_free(g2);
     /* posix_memalign's blocks keep their pages exact */
     void *al = NULL;
     assert_int_equal(pm_posix_memalign(&al, 64 * PAGE, 161 * PAGE), 0);
