@@ -303,7 +303,11 @@ void *pm_realloc(void *p, size_t size)
         errno = saved; /* a shrink that cannot move keeps its block */
         return p;
     }
-    memcpy(q, p, size < old ? size : old);
+    /* a large block's bytes past its request were never written, unless
+     * malloc_usable_size offered them: reading them faulted in zero pages
+     * and the copy wrote them out (test_realloc_copies_what_was_asked) */
+    size_t have = s->cls == 0 && !s->usable_seen && s->requested ? s->requested : old;
+    memcpy(q, p, size < have ? size : have);
     if (s->cls == 0) {
         /* a large block a growth leaves goes back to the OS, as mremap
          * leaves nothing behind, unless the policy keeps it for the next

@@ -845,11 +845,12 @@ pm_span_t *pm_pageheap_alloc_roomy(size_t n, size_t roomy)
         ph_lock();
         clock_locked(now);
         if (pm_relaxed_load(&ph.nspare) >= 2) {
-            /* a resident run of n pages, else a released one of roomy;
-             * a resident run is taken whole only when no longer than
-             * roomy: blocks that took roomy pages of longer ones held
-             * resident pages the cap no longer saw (bench/large's peak
-             * RSS +5 %) */
+            /* A resident run of n pages, else a released one of roomy,
+             * else a released one of n; a run no longer than roomy is
+             * taken whole, and a longer resident one gives n only:
+             * blocks that took roomy pages of longer resident runs held
+             * pages the cap no longer counted as free (bench/large's
+             * peak RSS +5 %; test_large_rounds_to_step) */
             pm_span_t *s = fit_locked(n, KIND_FREE);
             if (!s && roomy > n) s = fit_locked(roomy, KIND_RETURNED);
             if (!s) s = fit_locked(n, KIND_RETURNED);
@@ -857,7 +858,8 @@ pm_span_t *pm_pageheap_alloc_roomy(size_t n, size_t roomy)
                 size_t take = s->npages <= roomy ? s->npages : s->state == PM_SPAN_FREE ? n : roomy;
                 carve_locked(s, take);
                 pm_span_t *picked[RELEASE_BATCH];
-                size_t k = s->zeroed ? pick_for_growth_locked(picked, take, PM_RELEASE_GROWTH) : 0;
+                /* (n of them faulted in: the rest is never written) */
+                size_t k = s->zeroed ? pick_for_growth_locked(picked, n, PM_RELEASE_GROWTH) : 0;
                 pm_unlock(&ph.lock);
                 if (k) release_picked(picked, k);
                 return s;
@@ -865,8 +867,14 @@ pm_span_t *pm_pageheap_alloc_roomy(size_t n, size_t roomy)
         }
         pm_unlock(&ph.lock);
         if (grow(roomy, 1, NULL) != 0) {
-            if (gave_back) give_back_failed(roomy);
-            if (gave_back || !give_back_address_space(roomy, grow_need(roomy, 1))) return NULL;
+            /* the exact pages before any give-back: warm free runs are
+             * not unmapped to make room for pages never written */
+            if (roomy > n) {
+                roomy = n;
+                continue;
+            }
+            if (gave_back) give_back_failed(n);
+            if (gave_back || !give_back_address_space(n, grow_need(n, 1))) return NULL;
             gave_back = 1;
         }
     }

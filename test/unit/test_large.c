@@ -261,7 +261,7 @@ static void test_realloc_moves_into_resident_run(void **state)
  * run was a few pages short and the next block faulted in fresh pages
  * (bench/pythreads' JSON strings); a resident run it takes whole when no
  * longer than that, else only the pages it needs; realloc's reserve and
- * posix_memalign's blocks take exact pages. */
+ * blocks aligned beyond a page take exact pages. */
 static void test_large_rounds_to_step(void **state)
 {
     (void)state;
@@ -295,7 +295,7 @@ static void test_large_rounds_to_step(void **state)
     /* from the resident run: the pages needed, its rest left free */
     uint8_t *c = pm_malloc(100 * PAGE);
     assert_ptr_equal(c, a);
-    assert_true(pm_usable_size(c) < 120 * PAGE);
+    assert_int_equal(pm_usable_size(c), 100 * PAGE);
     uint8_t *d = pm_malloc(60 * PAGE);
     assert_ptr_equal(d, c + pm_usable_size(c));
     pm_free(c);
@@ -305,20 +305,56 @@ static void test_large_rounds_to_step(void **state)
     assert_ptr_equal(e, a);
     assert_int_equal(pm_usable_size(e), 176 * PAGE);
     pm_free(e);
-    /* realloc's reserve is not rounded again */
-    uint8_t *g = pm_malloc(300000);
-    assert_non_null(g);
-    size_t gold = pm_usable_size(g), reserve = (gold + gold / 4 + PAGE - 1) / PAGE * PAGE;
-    uint8_t *g2 = pm_realloc(g, gold + 1);
+    /* realloc's reserve is not rounded again: g cannot grow in place
+     * (blk is right after it), so it moves to its reserve, 50 pages */
+    pm_pageheap_release_all();
+    uint8_t *run = pm_malloc(80 * PAGE);
+    assert_non_null(run);
+    pm_free(run); /* the only resident free run: 80 pages */
+    uint8_t *g = pm_malloc(40 * PAGE), *blk = pm_malloc(40 * PAGE);
+    assert_ptr_equal(g, run);
+    assert_ptr_equal(blk, run + 40 * PAGE);
+    uint8_t *g2 = pm_realloc(g, 40 * PAGE + 1);
     assert_non_null(g2);
-    size_t gu = pm_usable_size(g2);
-    assert_true(gu == reserve || (g2 == g && gu == gold + PAGE)); /* (in place: just enough) */
+    assert_ptr_not_equal(g2, g);
+    assert_int_equal(pm_usable_size(g2), 50 * PAGE);
     pm_free(g2);
-    /* posix_memalign's blocks keep their pages exact */
+    pm_free(blk);
+    /* blocks aligned beyond a page keep their pages exact */
     void *al = NULL;
     assert_int_equal(pm_posix_memalign(&al, 64 * PAGE, 161 * PAGE), 0);
     assert_int_equal(pm_usable_size(al), 161 * PAGE);
     pm_free(al);
+}
+
+/* A large block that realloc moves by a copy gives the bytes asked for,
+ * not its reserve, which was never written: copying the reserve read
+ * zero pages and wrote them into the new block. */
+static void test_realloc_copies_what_was_asked(void **state)
+{
+    (void)state;
+    pm_pageheap_release_all();
+    uint8_t *x = pm_malloc((size_t)8 << 20);
+    assert_non_null(x);
+    pm_free(x); /* one free run of 8 MiB, never written */
+    uint8_t *a = pm_malloc(33 * PAGE);
+    assert_ptr_equal(a, x);
+    uint8_t *a2 = pm_realloc(a, 33 * PAGE + 1); /* in place, with its reserve */
+    assert_ptr_equal(a2, a);
+    /* (its span, not malloc_usable_size, which would offer the reserve) */
+    size_t a2_bytes = pm_pagemap_span((uintptr_t)a2 >> PM_PAGE_SHIFT)->npages * PAGE;
+    assert_true(a2_bytes >= 41 * PAGE);
+    memset(a2, 3, 33 * PAGE + 1);
+    uint8_t *blk = pm_malloc(40 * PAGE);
+    assert_ptr_equal(blk, a2 + a2_bytes); /* a2 cannot grow in place */
+    uint8_t *q = pm_realloc(a2, (size_t)1 << 20);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, a2);
+    assert_int_equal(q[33 * PAGE], 3);
+    size_t os = 4096, first = (33 * PAGE + 1 + os - 1) / os * os;
+    assert_int_equal(resident_pages(q + first, 40 * PAGE - first), 0);
+    pm_free(q);
+    pm_free(blk);
 }
 
 int main(void)
@@ -332,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
         cmocka_unit_test(test_realloc_moves_into_resident_run),
         cmocka_unit_test(test_large_rounds_to_step),
+        cmocka_unit_test(test_realloc_copies_what_was_asked),
     };
     return cmocka_run_group_tests_name("large", tests, NULL, NULL) ? 1 : 0;
 }

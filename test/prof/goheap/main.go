@@ -5,6 +5,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/pprof"
 )
 
@@ -14,6 +15,9 @@ func main() {
 	for i := 0; i < 1000; i++ {
 		keep = append(keep, make([]byte, 4096))
 	}
+	// the heap profile shows the heap as of the last GC: without one
+	// main.main was sometimes missing (test_prof: test_go_pprof_shows_sites)
+	runtime.GC()
 	f, _ := os.Create(os.Args[1])
 	pprof.Lookup("heap").WriteTo(f, 0)
 	f.Close()
