@@ -102,8 +102,7 @@ static size_t large_pages(size_t n)
 {
     if (n < 16) return n;
     size_t step = (size_t)1 << (63 - __builtin_clzll((unsigned long long)n) - 3);
-    size_t r = (n + step - 1) & ~(step - 1);
-    return r < n ? n : r;
+    return (n + step - 1) & ~(step - 1); /* (n < 2^51: no wrap) */
 }
 
 /* size: what the application asked for; bytes (>= size): what to reserve. */

@@ -168,10 +168,8 @@ void pm_bad_link(int in_free, const void *link) __attribute__((noreturn, cold));
 
 /* ---- pageheap.c: spans of pages, coalescing, release to the OS ------- */
 pm_span_t *pm_pageheap_alloc(size_t npages);
-/* npages, or up to roomy (>= npages): roomy where the pages come from the
- * OS (not resident, the rest costs address space only), a resident run
- * whole where it is no longer than roomy, and npages where roomy cannot
- * be mapped (large.c, large_pages; test_large_rounds_to_step). */
+/* npages, or up to roomy (>= npages) where the rest costs no resident
+ * memory; pageheap.c says which run gives what (large.c, large_pages). */
 pm_span_t *pm_pageheap_alloc_roomy(size_t npages, size_t roomy);
 pm_span_t *pm_pageheap_alloc_aligned(size_t npages, size_t align_pages);
 void pm_pageheap_free(pm_span_t *s);
