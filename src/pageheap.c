@@ -354,7 +354,7 @@ static uint64_t in_use_locked(void)
 }
 
 /* The heap's state as the policy sees it (pagerelease.c). */
-static pm_heap_view_t view_locked(size_t grow_pages)
+PM_INLINE pm_heap_view_t view_locked(size_t grow_pages)
 {
     return (pm_heap_view_t){.now = ph.now, .in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE],
                             .released = ph.free_pages[KIND_RETURNED],
@@ -1413,13 +1413,19 @@ void pm_pageheap_skip_time(uint64_t ns)
 
 void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 
+/* Its pages go back to the OS at once (tests: a released run where they
+ * want one). */
+void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
+
 /* The policy decides under the lock and free_span takes it again: a lock
  * more on a path that has just copied 256 KiB or more, and no code more on
  * the paths every free runs (check-text-resident). */
 void pm_pageheap_free_moved(pm_span_t *s, int fresh)
 {
+    uint64_t now = clock_now();
     ph_lock();
-    pm_heap_view_t v = {.in_use = in_use_locked(), .free = ph.free_pages[KIND_FREE]};
+    clock_locked(now);
+    pm_heap_view_t v = view_locked(0);
     int keep = pm_release_keep_moved_locked(&v, s->npages, fresh);
     pm_unlock(&ph.lock);
     free_span(s, !keep);

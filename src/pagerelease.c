@@ -27,7 +27,7 @@ static struct {
  * second (two windows).  Windows of a second kept bench/tide's pages for
  * up to two seconds after its live set fell to an eighth (238 MB against
  * 100 MB 1.5 s later); a round of bench/pyrounds is a fifth of a second. */
-static uint64_t recent_peak(const pm_heap_view_t *v)
+PM_INLINE uint64_t recent_peak(const pm_heap_view_t *v)
 {
     uint64_t w = v->now / PEAK_WINDOW_NS;
     if (w != rel.peak_window) {
@@ -172,16 +172,21 @@ static void rule_excess(const pm_heap_view_t *v, pm_release_plan_t *p)
 
 /* Moved: the old copy of a block realloc moved stays resident when the new
  * block was cut from resident pages and the resident free pages, with it,
- * stay within the pages in use (or the user's cap); else it goes back at
- * once, as mremap leaves nothing behind.  Vectors doubling in turn cut each
- * new block from the copies others left (grow -m double -t 4: 260 k page
- * faults when every copy went back, 91 k now, tcmalloc's 48 k), and a
- * lone buffer grown in steps still leaves nothing behind (bench/run.sh's
- * vectors and grow; test_pageheap_moved_copy_kept_within_use). */
+ * stay within the pages in use (or the user's cap), or when the heap with
+ * it stays within its recent peak (rounds, see rule_cap); else it goes
+ * back at once, as mremap leaves nothing behind.  Vectors doubling in turn
+ * cut each new block from the copies others left (grow -m double -t 4:
+ * 260 k page faults when every copy went back, 91 k with the first test
+ * alone, tcmalloc's 48 k); in a round that starts over, the pages the last
+ * round freed outnumber those in use, and without the peak every copy
+ * went back while the next block was cut from what was left (bench/run.sh's
+ * vectors: 137 k faults, 66 k with it, tcmalloc 53 k;
+ * test_pageheap_moved_copy_kept_within_use, _within_peak). */
 int pm_release_keep_moved_locked(const pm_heap_view_t *v, uint64_t pages, int fresh)
 {
     uint64_t limit = pm_options.release_bytes_set ? pm_options.release_bytes >> PM_PAGE_SHIFT : v->in_use;
-    return !fresh && v->free + pages <= limit;
+    if (!fresh && v->free + pages <= limit) return 1;
+    return within_peak(v, recent_peak(v), pages, 0);
 }
 
 /* ---- the chooser ----------------------------------------------------------- */

@@ -175,8 +175,9 @@ pm_span_t *pm_pageheap_alloc_aligned(size_t npages, size_t align_pages);
 void pm_pageheap_free(pm_span_t *s);
 /* Frees realloc's old copy of a moved block: kept resident, or its pages
  * returned to the OS first, as the policy says (pagerelease.c); fresh:
- * the new block came from the OS, and the copy always goes. */
+ * the new block came from the OS. */
 void pm_pageheap_free_moved(pm_span_t *s, int fresh);
+void pm_pageheap_free_released(pm_span_t *s); /* its pages returned to the OS first */
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 /* Stretches of address space the heap holds, and the most that unmapping
  * may split it into (tests lower it). */

@@ -98,7 +98,7 @@ static void *release_fork_worker(void *arg)
         atomic_store(&f->page, s->page);
         if (f->pages < 128) {
             atomic_store(&f->in_release, 1);
-            pm_pageheap_free_moved(s, 1);
+            pm_pageheap_free_released(s);
         } else {
             pm_pageheap_free(s);
             atomic_store(&f->in_release, 1);
@@ -499,7 +499,7 @@ static void test_pageheap_aligned_across_returned(void **state)
         if (layout) want[0] = want[2] = PM_SPAN_FREE, want[1] = PM_SPAN_RETURNED;
         pm_span_t *abc[3] = {a, b, c};
         for (int i = 0; i < 3; i++) {
-            if (want[i] == PM_SPAN_RETURNED) pm_pageheap_free_moved(abc[i], 1);
+            if (want[i] == PM_SPAN_RETURNED) pm_pageheap_free_released(abc[i]);
             else pm_pageheap_free(abc[i]);
         }
         for (int i = 0; i < 3; i++) {
@@ -763,7 +763,7 @@ static void give_back_child(void *arg)
     }
     pm_span_t *g1 = pm_pageheap_alloc(1);
     if (!g0 || !g1 || g0->page != page || g1->page != page + 1 + 3 * R + 2 * F) _exit(2);
-    for (int i = 0; i < 3; i++) pm_pageheap_free_moved(r[i], 1);
+    for (int i = 0; i < 3; i++) pm_pageheap_free_released(r[i]);
     for (int i = 0; i < 2; i++) pm_pageheap_free(f[i]);
     struct rlimit rl = {vm_size_now() + (size_t)ROOM * PAGE, RLIM_INFINITY};
     if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
@@ -990,7 +990,7 @@ static void test_pageheap_random_ops_agree(void **state)
             assert_non_null(s[i]);
         } else if (what < 7) {
             if (what < 5) pm_pageheap_free(s[i]);
-            else pm_pageheap_free_moved(s[i], 1);
+            else pm_pageheap_free_released(s[i]);
             s[i] = NULL;
         } else if (what < 9) {
             (void)pm_pageheap_extend(s[i], s[i]->npages + n);
