@@ -311,6 +311,33 @@ static void test_central_short_get(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
 
+/* A fresh span's objects come out in address order, each one object past
+ * the last, over two gets (the second carves on where the first stopped):
+ * a program that walks its blocks in the order it made them reads lines
+ * the prefetcher follows (central.c pm_central_get; bench/rounds). */
+static void test_central_carves_in_order(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(48);
+    pm_central_t *c = pm_central_of(cls);
+    size_t size = pm_class_size[cls];
+    uint32_t cap = pm_class_pages[cls] * PAGE / (uint32_t)size, got1, got2;
+    assert_int_equal(c->spans, 0);
+    assert_true(cap > 16);
+    void *a = pm_central_get(cls, 8, &got1), *b = pm_central_get(cls, 8, &got2);
+    assert_int_equal(got1, 8);
+    assert_int_equal(got2, 8);
+    assert_int_equal(c->spans, 1);
+    char *want = (char *)a;
+    for (void *chain = a; chain; chain = pm_link_get(chain), want += size) assert_ptr_equal(chain, want);
+    for (void *chain = b; chain; chain = pm_link_get(chain), want += size) assert_ptr_equal(chain, want);
+    assert_int_equal((uintptr_t)a % PAGE, 0); /* the span's first object */
+    pm_central_put(cls, a, 8);
+    pm_central_put(cls, b, 8);
+    pm_central_drain();
+    assert_int_equal(c->spans, 0);
+}
+
 /* Short chains with several slots: joining the newest slot, gets that take
  * whole slots and split the next, short chains that find every slot taken,
  * and the byte cap that keeps a big class's single objects out. */
@@ -668,6 +695,7 @@ int main(void)
     const struct CMUnitTest central[] = {
         cmocka_unit_test(test_central_get_put),
         cmocka_unit_test(test_central_short_get),
+        cmocka_unit_test(test_central_carves_in_order),
         cmocka_unit_test(test_central_transfer_slots),
         cmocka_unit_test(test_central_partial_slots),
         cmocka_unit_test(test_central_keeps_empty_span),
