@@ -35,8 +35,8 @@
  *                            memory in use, whichever is more, and free
  *                            memory over it waits for the next tick (1/8 s)
  *                            below 1.5 times the cap, and stays while the
- *                            heap is within a quarter of the cap of its peak
- *                            of the last second (without RLIMIT_AS or strict
+ *                            heap is within half the cap of its peak of the
+ *                            last second (without RLIMIT_AS or strict
  *                            overcommit); set, it is the cap, held at every
  *                            free (default 64M)
  *   PROFMALLOC_VERBOSE       1 prints the options in force at start, and

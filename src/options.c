@@ -64,8 +64,8 @@ static const struct option {
      "free resident memory kept before pages go back to the OS (pages unused for a "
      "second go back anyway); unset, the cap is the default or the memory in use, "
      "whichever is more, and free memory over it waits for the next tick (1/8 s) "
-     "below 1.5 times the cap, and stays while the heap is within a quarter of the "
-     "cap of its peak of the last second (without `RLIMIT_AS` or strict overcommit); "
+     "below 1.5 times the cap, and stays while the heap is within half the cap "
+     "of its peak of the last second (without `RLIMIT_AS` or strict overcommit); "
      "set, it is the cap, held at every free", &pm_options.release_bytes_set, NULL, 0},
     {"PROFMALLOC_VERBOSE", BOOL, &pm_options.verbose,
      "`1` prints the options in force at start, and where the exit dump was written",

@@ -70,17 +70,20 @@ static void rule_cap(const pm_heap_view_t *v, int event, pm_release_plan_t *p, u
     uint64_t limit = pm_options.release_bytes >> PM_PAGE_SHIFT;
     if (!pm_options.release_bytes_set && limit < v->in_use) limit = v->in_use;
     if (v->free <= limit) return;
-    /* Rounds: free pages that keep the heap within a quarter of the cap
-     * over the most pages in use lately (recent_peak) stay, for the
-     * decay rule to return a second later.  A program that drops its big
-     * blocks at the end of a round makes them again in the next, and
-     * faulted every page in again (bench/pyrounds: 680 k page faults, 180 k
-     * now; tcmalloc 148 k).  Half a cap's slack took it to 157 k but
-     * raised bench/grow's peak RSS by a sixth.  Not where address space is
-     * scarce: a program's own mmap after a big free needs the room glibc's
-     * munmapped chunks leave (test_pageheap_cap_holds_rounds, test_api:
+    /* Rounds: free pages that keep the heap within half the cap over the
+     * most pages in use lately (recent_peak) stay, for the decay rule to
+     * return a second later.  A program that drops its big blocks at the
+     * end of a round makes them again in the next, and faulted every page
+     * in again (bench/pyrounds: 680 k page faults; 168 k with a quarter of
+     * the cap, whose first round's free runs that no block reused took the
+     * heap past it; 144 k with half, tcmalloc 147 k).  Half once raised
+     * bench/grow's peak RSS by a sixth; since its old copies stay within
+     * the peak (pm_release_keep_moved_locked) it moves nothing there.  Not
+     * where address space is scarce: a program's own mmap after a big free
+     * needs the room glibc's munmapped chunks leave
+     * (test_pageheap_cap_holds_rounds, test_release_rounds_slack, test_api:
      * test_freed_address_space_returns). */
-    if (within_peak(v, peak, 0, limit / 4)) return;
+    if (within_peak(v, peak, 0, limit / 2)) return;
     /* Paced: the default cap is enforced a tick at a time; a free
      * enforces it past 1.5 times the cap only on spans unused for an
      * eighth of a second, oldest first, and on any span only past twice
