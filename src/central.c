@@ -298,9 +298,6 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         }
         uint32_t cut = s->carved, m = s->capacity - cut < n - k ? s->capacity - cut : n - k;
         if (m) {
-            /* read without the lock by the owner check (pm_span_cut_object);
-             * none of them is handed out before the lock is dropped */
-            __atomic_store_n(&s->carved, cut + m, __ATOMIC_RELAXED);
             /* last object first, so the chain hands them out in address
              * order: a program that walks its blocks in the order it made
              * them reads ascending lines the prefetcher follows
@@ -311,6 +308,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
                 chain = o;
                 if (o == (char *)span_base(s) + (size_t)cut * size) break;
             }
+            /* read without the lock by the owner check (pm_span_cut_object):
+             * set once their keys are, so a free of one of them before it
+             * is handed out finds it free */
+            __atomic_store_n(&s->carved, cut + m, __ATOMIC_RELAXED);
             k += m;
             cut_pages(s, cls, cut, s->carved);
         }
