@@ -302,11 +302,11 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
              * order: a program that walks its blocks in the order it made
              * them reads ascending lines the prefetcher follows
              * (test_central_carves_in_order) */
-            for (char *o = (char *)span_base(s) + (size_t)(cut + m - 1) * size;; o -= size) {
+            for (uint32_t i = cut + m; i-- > cut;) {
+                void *o = (char *)span_base(s) + (size_t)i * size;
                 pm_link_set(o, chain);
                 pm_key_set(o); /* free, as far as free can tell, until handed out */
                 chain = o;
-                if (o == (char *)span_base(s) + (size_t)cut * size) break;
             }
             /* read without the lock by the owner check (pm_span_cut_object):
              * set once their keys are, so a free of one of them before it

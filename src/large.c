@@ -112,15 +112,14 @@ static size_t large_pages(size_t n)
 /* size: what the application asked for; bytes (>= size): what to reserve. */
 void *pm_large_alloc(size_t size, size_t bytes, size_t align_pages, int zero)
 {
-    size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1;
+    size_t n = bytes ? (bytes + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT : 1, roomy = n;
     int aligned = align_pages > 1;
     /* (not an aligned block: its run is cut at its alignment, and its
      * rest before and after goes back as free runs anyway) */
-    size_t roomy = aligned ? n : large_pages(n);
-    if (!aligned && bytes > size) { /* realloc's reserve: only where its pages are not resident */
-        roomy = n;
+    if (!aligned && bytes > size) /* realloc's reserve: roomy already, the request exact */
         n = (size + PM_PAGE_SIZE - 1) >> PM_PAGE_SHIFT;
-    }
+    else if (!aligned)
+        roomy = large_pages(n);
     pm_span_t *s = aligned ? pm_pageheap_alloc_aligned(n, align_pages) : pm_pageheap_alloc_roomy(n, roomy);
     /* refused: once more after the allocator gave back what it holds
      * (test_harden: test_recovery_after_aligned_fill) */
