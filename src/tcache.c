@@ -1,6 +1,6 @@
 /* tcache.c — per-thread caches: one free list per size class, in
  * initial-exec TLS, created lazily by the first slow path of a thread.
- * Lists adapt within a byte budget per thread (at most 4 MiB, of which
+ * Lists adapt within a byte budget per thread (at most 16 MiB, of which
  * the classes up to 16 KiB may use 1 MiB): a list
  * starts at 4 objects and doubles up to a batch, then grows a batch per
  * underflow, and shrinks after repeated overflows (like tcmalloc).  The
@@ -27,11 +27,13 @@ PM_TLS pm_tcache_t pm_tls;
 #define MIN_BUDGET ((size_t)64 * 1024)
 #define START_BUDGET ((size_t)512 * 1024)
 #define STEP ((size_t)64 * 1024)
-/* A busy thread's cache may grow to this, as tcmalloc's may: a class
- * above 16 KiB moves 2 or 3 objects per central trip, and a program
- * cycling through the ~30 classes from 16 to 256 KiB made a trip for most
- * of its operations when 1 MiB was all (test_tcache_thread_cap). */
-#define MAX_BUDGET ((size_t)4 << 20)
+/* A busy thread's cache may grow to this: a class above 16 KiB moves 2
+ * or 3 objects per central trip, and a program cycling through the ~30
+ * classes from 16 to 256 KiB made a trip for most of its operations with
+ * 1 MiB, and for a fifth of them with 4 MiB (bench/mixed -m medium); the
+ * pool (PROFMALLOC_TCACHE_BYTES) still bounds all threads together
+ * (test_tcache_thread_cap). */
+#define MAX_BUDGET ((size_t)16 << 20)
 /* ... but the classes up to SMALL_CLASS_MAX (4 or more objects a trip)
  * never hold more than this: 4 MiB of them per thread cost a program
  * whose threads take turns (bench/pythreads) peak RSS for no speed
@@ -88,7 +90,7 @@ static pthread_key_t exit_key;
  * pass before its lists left idle meanwhile are halved: a thread that
  * filled its lists with one size and then went on with others within
  * its budget (no refusal, so no scavenge) kept them for good, up to
- * 4 MiB per thread (test_tcache_idle_lists_shrink). */
+ * MAX_BUDGET per thread (test_tcache_idle_lists_shrink). */
 static _Atomic uint32_t tick_epoch;
 #define IDLE_TICKS 8
 
