@@ -62,5 +62,8 @@ typedef struct pm_prof_view {
 
 /* view NULL: the live table. */
 int pm_sites_snapshot(pm_prof_snapshot_t *snap, pm_sites_mem_t *mem, const pm_prof_view_t *view);
+/* Samples whose bucket was looked up rather than taken from the walk's
+ * memo so far (for the tests, counted as pm_unwind_memo_replays is). */
+uint64_t pm_sites_bucket_lookups(void);
 
 #endif

@@ -53,6 +53,7 @@ typedef struct {
     uint32_t nslots;      /* stack words read, in the walk's order */
     uint32_t bp_used;     /* a CFA was the first frame's %rbp plus an offset */
     const void *site;     /* the caller's for these pcs (prof_sites.c: their stack), NULL when new */
+    const void *bucket;   /* and its last (stack, size) bucket, valid when site is */
     uintptr_t pcs[PM_UNWIND_MEMO_FRAMES];
     uintptr_t addr[2 * PM_UNWIND_MEMO_FRAMES], val[2 * PM_UNWIND_MEMO_FRAMES];
 } pm_unwind_memo_way_t;

@@ -577,6 +577,10 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
     return NULL;
 }
 
+static _Atomic uint64_t bucket_lookups;
+
+uint64_t pm_sites_bucket_lookups(void) { return pm_relaxed_load(&bucket_lookups); }
+
 /* The bucket of (stack, size), or of its size's group once the stack has
  * EXACT_SIZES exact ones.  A thread remembers the buckets it used last
  * (buckets are never freed), so a hot site costs no lock; hashes are
@@ -584,6 +588,7 @@ static bucket_t *find_bucket_locked(const stack_t *st, uint64_t bh, uint64_t key
 static bucket_t *bucket_for(pm_tcache_t *t, const uintptr_t *pcs, uint32_t depth, uint64_t size,
                             const stack_t *known)
 {
+    pm_relaxed_store(&bucket_lookups, pm_relaxed_load(&bucket_lookups) + 1);
     const stack_t *seen = known ? known : stack_seen(pcs, depth);
     if (seen) {
         bucket_t *g = group_seen(seen, size);
@@ -695,8 +700,17 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
     /* a replayed walk gives the pcs it gave before, so the stack they were
      * interned as (test_prof_sites.c: test_memo_keeps_site) */
     pm_unwind_memo_way_t *way = memo && memo->last >= 0 ? &memo->way[memo->last] : NULL;
-    bucket_t *b = bucket_for(t, raw + skip, depth, size, way ? way->site : NULL);
-    if (b && way) way->site = b->stack;
+    /* and a loop allocating one size finds its exact bucket there: an
+     * exact bucket, once made, is the one bucket_for gives for its size
+     * (test_prof_sites.c: test_memo_keeps_bucket) */
+    bucket_t *b = way && way->site ? (bucket_t *)way->bucket : NULL;
+    if (!b || b->size != size) {
+        b = bucket_for(t, raw + skip, depth, size, way ? way->site : NULL);
+        if (b && way) {
+            way->site = b->stack;
+            way->bucket = b;
+        }
+    }
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
     pm_span_t *s = pm_pagemap_span(page);
     shard_t *sh = shard_of(s);

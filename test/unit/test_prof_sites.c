@@ -381,6 +381,62 @@ static void test_memo_keeps_site(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* n samples of one size from one call site, each block freed at once. */
+PM_NOINLINE static void sample_one_size(size_t size, int n)
+{
+    for (int i = 0; i < n; i++) pm_free(site_a(size));
+}
+
+static void *memo_bucket_thread(void *arg)
+{
+    uint64_t *lookups = arg;
+    for (int i = 0; i <= PM_THREAD_NEW_OPS; i++) pm_free(pm_malloc(64)); /* a cache, and a memo with it */
+    if (!pm_tcache_memo(&pm_tls)) _exit(4);
+    profmalloc_set_sample_rate(1);
+    uint64_t before = pm_sites_bucket_lookups();
+    sample_one_size(3333, 50);
+    lookups[0] = pm_sites_bucket_lookups() - before;
+    before = pm_sites_bucket_lookups();
+    sample_one_size(3334, 50); /* another size: one lookup, then the memo's again */
+    lookups[1] = pm_sites_bucket_lookups() - before;
+    profmalloc_set_sample_rate(0);
+    return NULL;
+}
+
+/* In a child: a loop's replayed walks take their bucket from the memo, so
+ * only the first sample of a size looks its bucket up; every sample still
+ * counts in it. */
+static void memo_bucket_child(void *arg)
+{
+    (void)arg;
+    pm_objects_pin_loaded();
+    uint64_t replays = pm_unwind_memo_replays(), lookups[2] = {0, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, memo_bucket_thread, lookups) != 0 || pthread_join(th, NULL) != 0) _exit(3);
+    if (pm_unwind_memo_replays() - replays < 90) _exit(77); /* no replays here: nothing to test */
+    if (lookups[0] > 2 || lookups[1] > 2) _exit(10 + (int)(lookups[0] > 2));
+    pm_prof_snapshot_t snap;
+    pm_sites_mem_t mem;
+    if (pm_sites_snapshot(&snap, &mem, NULL) != 0) _exit(2);
+    /* sizes no other test samples: the child has its parent's table */
+    const pm_prof_sample_t *a = stack_of(&snap, 3333), *b = stack_of(&snap, 3334);
+    if (!a || !b || a->alloc_objects != 50 || b->alloc_objects != 50) _exit(20);
+    if (a->alloc_bytes != 50 * 3333 || b->alloc_bytes != 50 * 3334) _exit(21);
+    pm_os_unmap(mem.base, mem.bytes);
+    _exit(0);
+}
+
+static void test_memo_keeps_bucket(void **state)
+{
+    (void)state;
+    char out[512];
+    int status = run_in_child(memo_bucket_child, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
+    if (WEXITSTATUS(status) == 77) skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     core_test_init();
@@ -392,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_large_sample_off_table),
         cmocka_unit_test(test_span_holds_records),
         cmocka_unit_test(test_memo_keeps_site),
+        cmocka_unit_test(test_memo_keeps_bucket),
     };
     return cmocka_run_group_tests_name("prof_sites", tests, NULL, NULL);
 }
