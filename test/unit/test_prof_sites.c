@@ -367,18 +367,24 @@ static void memo_site_child(void *arg)
     _exit(0);
 }
 
+/* Runs child in a child process: exit 0 passes, 77 skips (no replays). */
+static void run_memo_child(void (*child)(void *))
+{
+    char out[512];
+    int status = run_in_child(child, NULL, out, sizeof out);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
+    if (WEXITSTATUS(status) == 77) skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* A replayed walk's samples go to the stack its first walk was interned
  * as, and a new walk in a memo way is interned afresh; a site of many
  * sizes finds its groups' buckets and still its exact ones. */
 static void test_memo_keeps_site(void **state)
 {
     (void)state;
-    char out[512];
-    int status = run_in_child(memo_site_child, NULL, out, sizeof out);
-    assert_true(WIFEXITED(status));
-    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
-    if (WEXITSTATUS(status) == 77) skip();
-    assert_int_equal(WEXITSTATUS(status), 0);
+    run_memo_child(memo_site_child);
 }
 
 /* n samples of one size from one call site, each block freed at once. */
@@ -429,12 +435,7 @@ static void memo_bucket_child(void *arg)
 static void test_memo_keeps_bucket(void **state)
 {
     (void)state;
-    char out[512];
-    int status = run_in_child(memo_bucket_child, NULL, out, sizeof out);
-    assert_true(WIFEXITED(status));
-    if (WEXITSTATUS(status) != 0) fprintf(stderr, "child exit %d: %s", WEXITSTATUS(status), out);
-    if (WEXITSTATUS(status) == 77) skip();
-    assert_int_equal(WEXITSTATUS(status), 0);
+    run_memo_child(memo_bucket_child);
 }
 
 int main(void)
