@@ -100,14 +100,16 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
     pm_tcache_t *t = pm_alloc_thread_cache();
     uint64_t sampled = pm_alloc_sample_tick(t, size);
     void *p;
+    unsigned cls = 0;
     if (bytes <= PM_MAX_SMALL && align_pages <= 1) {
-        p = alloc_small(t, pm_sizeclass_of(bytes));
+        cls = pm_sizeclass_of(bytes);
+        p = alloc_small(t, cls);
         if (p && zero) memset(p, 0, size);
     } else {
         p = pm_large_alloc(size, bytes, align_pages, zero);
     }
     if (sampled && p) {
-        pm_sites_add(t, p, size, sampled, entry);
+        pm_sites_add(t, p, size, sampled, entry, cls);
         pm_hunt_tick(); /* peak copy, dump triggers, timeline */
     } else if (PM_UNLIKELY(pm_hunt_clocked)) {
         pm_hunt_slow_path(t);

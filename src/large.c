@@ -171,7 +171,7 @@ static void resample(pm_span_t *s, void *old, void *p, size_t size)
     if (old && PM_UNLIKELY(pm_sites_maybe_sampled(s, old))) pm_sites_remove(s, old);
     pm_tcache_t *t = pm_alloc_thread_cache();
     uint64_t weight = pm_alloc_sample_tick(t, size);
-    if (weight) pm_sites_add(t, p, size, weight, 0);
+    if (weight) pm_sites_add(t, p, size, weight, 0, 0);
 }
 
 /* realloc cannot move large block s for want of address space: its pages
@@ -243,7 +243,7 @@ void *pm_large_realloc_in_place(pm_span_t *s, void *p, size_t size, size_t reser
     }
     if (sampled) {
         pm_tcache_t *t = pm_alloc_thread_cache();
-        pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested), 0);
+        pm_sites_add(t, p, s->requested, pm_sampler_weight(&t->sampler, s->requested), 0, 0);
     }
     return NULL;
 }

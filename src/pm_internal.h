@@ -338,7 +338,7 @@ uint64_t pm_sampler_seed(void);
 /* p (size bytes) was just allocated at a sample point of this weight;
  * entry: the frame record the stack walk starts from (alloc.c
  * pm_alloc_slow), or 0 for the whole walk. */
-void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry);
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry, unsigned cls);
 /* p, owned by span s, is being freed and may be a sampled block. */
 void pm_sites_remove(pm_span_t *s, void *p);
 PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)

@@ -7,7 +7,8 @@
  * A stack's sizes past its first EXACT_SIZES share
  * a bucket per power of two, so the table grows with stacks, not sizes.
  * Locks: prof.lock (stacks, buckets, their arena), one per record shard
- * (the records and sampled-block fields of the spans that hash to it) and
+ * (the records and sampled-block fields of the spans that hash to it, and
+ * the records of blocks of a page or more whose addresses do) and
  * slabs.lock (the chunks records are carved from), never two at once;
  * frees never take prof.lock.  Must never: unwind, map memory or write a
  * file under a lock, call malloc, or reach up to stats, init or the dump
@@ -64,8 +65,9 @@ typedef struct bucket {
 } bucket_t;
 
 /* A live sampled block.  A small one also flags its page in the page map
- * (so its free takes the slow path) and is counted in its span, whose
- * pages are unflagged when the count returns to 0. */
+ * (so its free takes the slow path); in a class under a page it is counted
+ * in its span, whose pages are unflagged when the count returns to 0, and
+ * in a larger class it is hashed by its address (by_address). */
 typedef struct record {
     node_t node;                  /* node.next also links the free pool */
     uintptr_t key;                /* the block's address */
@@ -260,6 +262,15 @@ static void slab_put(slab_t *sl)
 }
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
+
+/* A class of a page or more starts one object per page at most, so a
+ * flagged page names its sampled block alone: the record goes in the table
+ * of the shard its address picks, and neither the sample nor the free
+ * reads the span's sampled-block fields, whose line and page-map entry a
+ * sample of a large heap's block missed in cache (test_prof_sites.c:
+ * test_page_classes_hashed). */
+static inline int by_address(unsigned cls) { return cls && pm_class_size[cls] >= PM_PAGE_SIZE; }
+static inline shard_t *shard_at(const void *p) { return &prof.shards[pm_mix64((uintptr_t)p) >> 60]; }
 
 void pm_sites_init(void)
 {
@@ -686,7 +697,7 @@ uint64_t pm_sites_live_low(uint64_t restart)
     return atomic_exchange_explicit(&live_low, restart, memory_order_relaxed);
 }
 
-void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry)
+void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry, unsigned cls)
 {
     if (t->in_profiler) return;
     t->in_profiler = 1;
@@ -712,8 +723,9 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         }
     }
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    pm_span_t *s = pm_pagemap_span(page);
-    shard_t *sh = shard_of(s);
+    int alone = by_address(cls);
+    pm_span_t *s = alone ? NULL : pm_pagemap_span(page);
+    shard_t *sh = alone ? shard_at(p) : shard_of(s);
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
@@ -724,13 +736,16 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
                         .size = size};
         /* The span holds the record where it can, so its free finds it
-         * with no hash-table line to miss: a large block's, and a small
-         * span's first two live samples; only more go to the hash table
-         * (test_prof_sites.c: test_large_sample_off_table,
+         * with no hash-table line to miss: a large block's, and a span's
+         * first two live samples in a class under a page; only more go to
+         * the hash table (test_prof_sites.c: test_large_sample_off_table,
          * test_span_holds_records).  The block is flagged before it is
          * handed out, so its free is seen. */
         sh->records.count++;
-        if (s->cls) {
+        if (alone) {
+            table_link(&sh->records, &r->node);
+            pm_pagemap_mark_sampled(page, 1);
+        } else if (s->cls) {
             if (s->nsampled < 2) {
                 int i = s->sampled[0] ? 1 : 0;
                 s->sampled[i] = p;
@@ -783,20 +798,23 @@ static void shrink_records(shard_t *sh)
 
 void pm_sites_remove(pm_span_t *s, void *p)
 {
-    /* Most frees on a flagged page are of other blocks: tell them apart
-     * without a lock.  The span's fields for p were written before p was
-     * handed out, so they are visible here; a race with a sample of
-     * another block only concerns that block. */
-    if (s->cls) {
+    /* Most frees on a flagged page of a class under a page are of other
+     * blocks: tell them apart without a lock.  The span's fields for p were
+     * written before p was handed out, so they are visible here; a race
+     * with a sample of another block only concerns that block. */
+    int alone = by_address(s->cls);
+    if (s->cls && !alone) {
         void *volatile *sampled = (void *volatile *)s->sampled;
         if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
             return;
     }
-    shard_t *sh = shard_of(s);
+    shard_t *sh = alone ? shard_at(p) : shard_of(s);
     slab_t *empty = NULL;
     pm_lock(&sh->lock);
     record_t *r = NULL, **link = NULL;
-    if (!s->cls) r = s->sample && ((record_t *)s->sample)->key == (uintptr_t)p ? s->sample : NULL;
+    if (alone) {
+        if ((link = find_locked(sh, (uintptr_t)p)) != NULL) r = *link;
+    } else if (!s->cls) r = s->sample && ((record_t *)s->sample)->key == (uintptr_t)p ? s->sample : NULL;
     else if (s->sampled[0] == p) r = s->sampled_rec[0];
     else if (s->sampled[1] == p) r = s->sampled_rec[1];
     else if ((link = find_locked(sh, (uintptr_t)p)) != NULL) r = *link;
@@ -811,7 +829,9 @@ void pm_sites_remove(pm_span_t *s, void *p)
         if (link) *link = (record_t *)r->node.next;
         empty = record_put_locked(sh, r);
         sh->records.count--;
-        if (s->cls) {
+        if (alone) {
+            pm_pagemap_mark_sampled((uintptr_t)p >> PM_PAGE_SHIFT, 0);
+        } else if (s->cls) {
             if (s->sampled[0] == p) s->sampled[0] = NULL;
             if (s->sampled[1] == p) s->sampled[1] = NULL;
             /* unflag: the bits only, so pages the carve has not reached

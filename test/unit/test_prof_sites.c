@@ -234,6 +234,48 @@ static void test_span_holds_records(void **state)
     assert_int_equal(pm_sites_live_samples(), 0);
 }
 
+/* A class of a page or more hashes every sample by its address, leaving
+ * its span's sampled-block fields alone: each sampled block's own page is
+ * flagged, frees in any order find each record, realloc within the class
+ * keeps the count, and the flags go with the samples. */
+static void test_page_classes_hashed(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    void *p[N];
+    const size_t sizes[N] = {PM_PAGE_SIZE, 12 << 10, 20 << 10, 32 << 10, 32 << 10, 100 << 10};
+    assert_int_equal(pm_sites_live_samples(), 0);
+    profmalloc_set_sample_rate(1);
+    for (int i = 0; i < N; i++) assert_non_null(p[i] = pm_malloc(sizes[i]));
+    profmalloc_set_sample_rate(0);
+    assert_int_equal(pm_sites_live_samples(), N);
+    assert_int_equal(pm_sites_hashed_records(), N);
+    for (int i = 0; i < N; i++) {
+        pm_span_t *s = span_of(p[i]);
+        assert_true(s->cls != 0 && pm_class_size[s->cls] >= PM_PAGE_SIZE);
+        assert_int_equal(s->nsampled, 0);
+        assert_null(s->sampled[0]);
+        assert_true(pm_sites_maybe_sampled(s, p[i]));
+    }
+    /* an unsampled neighbour of a 12 KiB block may start on its last page:
+     * its free finds no record and drops none */
+    void *q = pm_malloc(12 << 10);
+    assert_non_null(q);
+    pm_free(q);
+    assert_int_equal(pm_sites_live_samples(), N);
+    p[3] = pm_realloc(p[3], (32 << 10) - 100); /* within its class: kept as it is */
+    assert_non_null(p[3]);
+    int order[N] = {4, 0, 5, 2, 3, 1};
+    for (int k = 0; k < N; k++) {
+        void *b = p[order[k]];
+        pm_span_t *s = span_of(b);
+        pm_free(b);
+        assert_false(pm_sites_maybe_sampled(s, b));
+        assert_int_equal(pm_sites_hashed_records(), (uint64_t)(N - 1 - k));
+        assert_int_equal(pm_sites_live_samples(), (uint64_t)(N - 1 - k));
+    }
+}
+
 /* A few live samples take no slab: at most 4 hash to any one of the 16
  * shards, which hold their first 4 records themselves; more take slabs,
  * and freed inline records serve again. */
@@ -448,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_first_records_inline),
         cmocka_unit_test(test_large_sample_off_table),
         cmocka_unit_test(test_span_holds_records),
+        cmocka_unit_test(test_page_classes_hashed),
         cmocka_unit_test(test_memo_keeps_site),
         cmocka_unit_test(test_memo_keeps_bucket),
     };
