@@ -172,14 +172,29 @@ static unsigned small_class_at(const void *p)
     return leaf && pm_small_object_at(leaf, a, &cls) ? cls : 0;
 }
 
+/* The class of a sampled block of a class of a page or more at p, from
+ * its page's word alone (flagged, and p an object's start), or 0. */
+static unsigned sampled_class_at(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
+    pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
+    unsigned cls;
+    return leaf && pm_sampled_object_at(leaf, a, &cls) && pm_sites_by_address(cls) ? cls : 0;
+}
+
 void pm_free_slow(void *p)
 {
     if (!p) return;
-    /* a block the fast path would have taken but for a full list: its
-     * page says all, its span's line is left alone (the debug build
-     * checks the span: test_debug) */
-    unsigned cls = pm_config_debug ? 0 : small_class_at(p);
-    if (!cls) {
+    /* a block the fast path would have taken but for a full list, or a
+     * sampled block of a class of a page or more: its page says all, its
+     * span's line is left alone (the debug build checks the span:
+     * test_debug; test_prof_sites.c: test_page_classes_hashed) */
+    unsigned cls = pm_config_debug ? 0 : small_class_at(p), sampled = 0;
+    if (!cls && !pm_config_debug) sampled = cls = sampled_class_at(p);
+    if (sampled) {
+        if (PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
+        pm_sites_remove_by_address(p);
+    } else if (!cls) {
         pm_span_t *s = owner(p);
         cls = s->cls;
         if (PM_UNLIKELY(cls && pm_key_is_set(p))) pm_guard_double_free("free()", p);

@@ -150,6 +150,18 @@ PM_INLINE int pm_small_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *c
     *cls = info & 0xff;
     return offset * magic < magic;
 }
+/* The same for a page flagged as holding a live sampled block: whether a
+ * starts an object there, *cls the page's class without the flag (free's
+ * slow path, for a class of a page or more: pm_sites_by_address). */
+PM_INLINE int pm_sampled_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *cls)
+{
+    unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+    if (!(info & PM_SAMPLED_PAGE)) return 0;
+    *cls = info & (PM_SAMPLED_PAGE - 1);
+    uint64_t magic = pm_free_magic[*cls];
+    uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
+    return offset * magic < magic;
+}
 /* Whether p (at or past s's first page) starts an object that small span s
  * has cut, in use or free.  s->carved is read without the class's lock
  * (its writes under the lock are relaxed stores): it never drops below an
@@ -341,6 +353,13 @@ uint64_t pm_sampler_seed(void);
 void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr_t entry, unsigned cls);
 /* p, owned by span s, is being freed and may be a sampled block. */
 void pm_sites_remove(pm_span_t *s, void *p);
+/* A class of a page or more starts at most one object per page, so a
+ * flagged page names its sampled block alone, and the profiler finds its
+ * record by address, without the span (test_prof_sites.c:
+ * test_page_classes_hashed). */
+PM_INLINE int pm_sites_by_address(unsigned cls) { return cls && pm_class_size[cls] >= PM_PAGE_SIZE; }
+/* pm_sites_remove for such a class's block, from its address alone. */
+void pm_sites_remove_by_address(void *p);
 PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
 {
     if (s->cls == 0) return s->sample != NULL;

@@ -263,13 +263,10 @@ static void slab_put(slab_t *sl)
 
 static inline shard_t *shard_of(const pm_span_t *s) { return &prof.shards[pm_mix64(s->page) >> 60]; }
 
-/* A class of a page or more starts one object per page at most, so a
- * flagged page names its sampled block alone: the record goes in the table
- * of the shard its address picks, and neither the sample nor the free
- * reads the span's sampled-block fields, whose line and page-map entry a
- * sample of a large heap's block missed in cache (test_prof_sites.c:
- * test_page_classes_hashed). */
-static inline int by_address(unsigned cls) { return cls && pm_class_size[cls] >= PM_PAGE_SIZE; }
+/* A class of a page or more (pm_sites_by_address): the record goes in the
+ * table of the shard its address picks, and neither the sample nor the
+ * free reads the span's sampled-block fields, whose line and page-map
+ * entry a sample of a large heap's block missed in cache. */
 static inline shard_t *shard_at(const void *p) { return &prof.shards[pm_mix64((uintptr_t)p) >> 60]; }
 
 void pm_sites_init(void)
@@ -723,7 +720,7 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         }
     }
     uintptr_t page = (uintptr_t)p >> PM_PAGE_SHIFT;
-    int alone = by_address(cls);
+    int alone = pm_sites_by_address(cls);
     pm_span_t *s = alone ? NULL : pm_pagemap_span(page);
     shard_t *sh = alone ? shard_at(p) : shard_of(s);
     if (b && lock_shard(sh) == 0) {
@@ -796,14 +793,15 @@ static void shrink_records(shard_t *sh)
     if (old_n * sizeof *old > SMALL_HEADS) unmap_counted(old, old_n * sizeof *old);
 }
 
-void pm_sites_remove(pm_span_t *s, void *p)
+/* p's record out, if p has one: s is p's span, or NULL when alone (p's
+ * class is one of a page or more). */
+static void remove_record(pm_span_t *s, int alone, void *p)
 {
     /* Most frees on a flagged page of a class under a page are of other
      * blocks: tell them apart without a lock.  The span's fields for p were
      * written before p was handed out, so they are visible here; a race
      * with a sample of another block only concerns that block. */
-    int alone = by_address(s->cls);
-    if (s->cls && !alone) {
+    if (!alone && s->cls) {
         void *volatile *sampled = (void *volatile *)s->sampled;
         if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
             return;
@@ -849,12 +847,16 @@ void pm_sites_remove(pm_span_t *s, void *p)
             }
         }
     }
-    if (s->cls == 0) s->sample = NULL;
+    if (!alone && s->cls == 0) s->sample = NULL;
     int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
     pm_unlock(&sh->lock);
     if (empty) slab_put(empty);
     if (shrink) shrink_records(sh);
 }
+
+void pm_sites_remove(pm_span_t *s, void *p) { remove_record(s, pm_sites_by_address(s->cls), p); }
+
+void pm_sites_remove_by_address(void *p) { remove_record(NULL, 1, p); }
 
 void pm_sites_lock_all(void)
 {
