@@ -163,23 +163,20 @@ static pm_span_t *owner_for(const void *p, const char *what)
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 /* The class of the small block at p by pm_small_object_at, or 0 (also
- * off the page map). */
-static unsigned small_class_at(const void *p)
+ * off the page map).  With sampled, also a sampled block of a class of a
+ * page or more, the one object starting on its flagged page (*sampled
+ * set; test_prof_sites.c: test_page_classes_hashed). */
+static unsigned small_class_at(const void *p, int *sampled)
 {
     uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
     pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
-    unsigned cls;
-    return leaf && pm_small_object_at(leaf, a, &cls) ? cls : 0;
-}
-
-/* The class of a sampled block of a class of a page or more at p, from
- * its page's word alone (flagged, and p an object's start), or 0. */
-static unsigned sampled_class_at(const void *p)
-{
-    uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
-    pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
-    unsigned cls;
-    return leaf && pm_sampled_object_at(leaf, a, &cls) && pm_sites_by_address(cls) ? cls : 0;
+    if (!leaf) return 0;
+    unsigned info = pm_page_info(leaf, a), cls = info & 0xff;
+    if (pm_object_start(info, a, cls)) return cls;
+    cls &= ~(unsigned)PM_SAMPLED_PAGE;
+    if (!sampled || cls == (info & 0xff) || !pm_sites_by_address(cls) || !pm_object_start(info, a, cls)) return 0;
+    *sampled = 1;
+    return cls;
 }
 
 void pm_free_slow(void *p)
@@ -189,8 +186,8 @@ void pm_free_slow(void *p)
      * sampled block of a class of a page or more: its page says all, its
      * span's line is left alone (the debug build checks the span:
      * test_debug; test_prof_sites.c: test_page_classes_hashed) */
-    unsigned cls = pm_config_debug ? 0 : small_class_at(p), sampled = 0;
-    if (!cls && !pm_config_debug) sampled = cls = sampled_class_at(p);
+    int sampled = 0;
+    unsigned cls = pm_config_debug ? 0 : small_class_at(p, &sampled);
     if (sampled) {
         if (PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
         pm_sites_remove_by_address(p);
@@ -272,7 +269,7 @@ void *pm_realloc(void *p, size_t size)
     /* A small block that keeps its class is found without its span, whose
      * line a program growing many strings misses on nearly every call
      * (test_alloc: test_realloc_in_place_by_page_info). */
-    unsigned cls = small_class_at(p);
+    unsigned cls = small_class_at(p, NULL);
     if (cls && size <= pm_class_size[cls] && size >= pm_class_size[cls] / 2 && !pm_key_is_set(p)) return p;
     pm_span_t *s = owner_for(p, "realloc(): invalid pointer");
     if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("realloc()", p);

@@ -135,32 +135,31 @@ PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
      * to the same span before handing it out) */
     return leaf ? __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) : NULL;
 }
-/* Whether address a starts an object on an unflagged small-object page,
- * from its page's info word (leaf: a's, not NULL); *cls is the page's
- * class byte.  Free's fast path, realloc within a class and the slow free
- * of a full list take a block by it (test_alloc:
- * test_realloc_in_place_by_page_info). */
-PM_INLINE int pm_small_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *cls)
+/* a's page's info word (leaf: a's, not NULL); relaxed: a carve or the
+ * profiler may be setting bits in it. */
+PM_INLINE unsigned pm_page_info(const pm_leaf_t *leaf, uintptr_t a)
 {
-    /* relaxed: a carve or the profiler may be setting bits in it */
-    unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
-    uint64_t magic = pm_free_magic[info & 0xff];
+    return __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+}
+/* Whether address a starts an object of class cls on the page whose info
+ * word is info (its page index in the span, above the class byte);
+ * pm_free_magic is 0 for a class byte with PM_SAMPLED_PAGE set. */
+PM_INLINE int pm_object_start(unsigned info, uintptr_t a, unsigned cls)
+{
+    uint64_t magic = pm_free_magic[cls];
     /* offset from the span's start: page index, then offset in page */
     uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-    *cls = info & 0xff;
     return offset * magic < magic;
 }
-/* The same for a page flagged as holding a live sampled block: whether a
- * starts an object there, *cls the page's class without the flag (free's
- * slow path, for a class of a page or more: pm_sites_by_address). */
-PM_INLINE int pm_sampled_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *cls)
+/* Whether address a starts an object on an unflagged small-object page,
+ * from its page's info word; *cls is the page's class byte.  Free's fast
+ * path, realloc within a class and the slow free of a full list take a
+ * block by it (test_alloc: test_realloc_in_place_by_page_info). */
+PM_INLINE int pm_small_object_at(const pm_leaf_t *leaf, uintptr_t a, unsigned *cls)
 {
-    unsigned info = __atomic_load_n(&leaf->info[(a >> PM_PAGE_SHIFT) & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
-    if (!(info & PM_SAMPLED_PAGE)) return 0;
-    *cls = info & (PM_SAMPLED_PAGE - 1);
-    uint64_t magic = pm_free_magic[*cls];
-    uint64_t offset = ((uint64_t)(info >> 8) << PM_PAGE_SHIFT) | (a & (PM_PAGE_SIZE - 1));
-    return offset * magic < magic;
+    unsigned info = pm_page_info(leaf, a);
+    *cls = info & 0xff;
+    return pm_object_start(info, a, info & 0xff);
 }
 /* Whether p (at or past s's first page) starts an object that small span s
  * has cut, in use or free.  s->carved is read without the class's lock

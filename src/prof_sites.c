@@ -67,7 +67,7 @@ typedef struct bucket {
 /* A live sampled block.  A small one also flags its page in the page map
  * (so its free takes the slow path); in a class under a page it is counted
  * in its span, whose pages are unflagged when the count returns to 0, and
- * in a larger class it is hashed by its address (by_address). */
+ * in a larger class it is hashed by its address (pm_sites_by_address). */
 typedef struct record {
     node_t node;                  /* node.next also links the free pool */
     uintptr_t key;                /* the block's address */
