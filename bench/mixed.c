@@ -15,10 +15,15 @@
  * pace; and the large live set shows the memory each keeps besides it.
  * -m medium: every size is 1 KiB-256 KiB, log-uniform (a large live set of
  * medium blocks only: ~190 MB with the default 4 096 slots, -l to change).
+ * -m pages: every size is 4 KiB-64 KiB, uniform (blocks of one to sixteen
+ * 4 KiB pages, 16 384 live: ~560 MB of blocks, of which the header's and
+ * the tail's pages are touched): where each sample is a medium block and
+ * most frees miss in cache, as a program caching files or network
+ * buffers of a few pages does.
  *
  * Options: -t threads (default 1), -n steps per thread (default 2000000;
- * -m medium: 1000000), -l live slots per thread (default 16384; -m medium:
- * 4096), -s seed, -m mixed|medium.
+ * -m medium and pages: 1000000), -l live slots per thread (default 16384;
+ * -m medium: 4096), -s seed, -m mixed|medium|pages.
  * Result: ops= steps over all threads, seconds= wall time of the whole
  * run (the fill and the final frees included), live=, mode=.
  */
@@ -27,10 +32,11 @@
 #define MIN_SZ 16u
 #define MAX_SZ (256u << 10)
 
-static int medium;
+static int medium, pages;
 
 static size_t pick_size(rng_t *r)
 {
+    if (pages) return rng_range(r, 4096, 65536);
     if (medium) { /* log-uniform in [1 KiB, 256 KiB] */
         unsigned e = 10 + rng_below(r, 8); /* 2^10 .. 2^17 */
         size_t lo = (size_t)1 << e;
@@ -75,10 +81,11 @@ static void *run(void *vp)
 int main(int argc, char **argv)
 {
     bench_opts_t o = {.threads = 1, .iters = 2000000, .seed = 1, .live = 16384, .batch = 1};
-    parse_opts(argc, argv, &o, "[-t threads] [-n steps] [-l live] [-s seed] [-m mixed|medium]");
+    parse_opts(argc, argv, &o, "[-t threads] [-n steps] [-l live] [-s seed] [-m mixed|medium|pages]");
     if (o.mode && strcmp(o.mode, "medium") == 0) medium = 1;
+    else if (o.mode && strcmp(o.mode, "pages") == 0) pages = 1;
     else if (o.mode && strcmp(o.mode, "mixed") != 0) die("unknown mode %s", o.mode);
-    if (medium && o.iters == 2000000) o.iters = 1000000;
+    if ((medium || pages) && o.iters == 2000000) o.iters = 1000000;
     if (medium && o.live == 16384) o.live = 4096;
     job_t *job = xmalloc(sizeof *job * (size_t)o.threads);
     pthread_t *tid = xmalloc(sizeof *tid * (size_t)o.threads);
@@ -90,8 +97,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.threads; i++) xpthread_join(tid[i]);
     double t = now_sec() - t0;
     char extra[64];
-    snprintf(extra, sizeof extra, "live=%ld mode=%s", o.live, medium ? "medium" : "mixed");
-    report(medium ? "medium" : "mixed", o.threads, (double)o.iters * o.threads, t, extra);
+    const char *name = medium ? "medium" : pages ? "pages" : "mixed";
+    snprintf(extra, sizeof extra, "live=%ld mode=%s", o.live, name);
+    report(name, o.threads, (double)o.iters * o.threads, t, extra);
     free(job);
     free(tid);
     return 0;

@@ -16,7 +16,7 @@
 #   -h         this help
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow vectors large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
-#            medium server tide bigtouch aligned bigrepeat holes rounds thrash scratch
+#            medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +32,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow vectors large large-mt bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium server tide bigtouch aligned bigrepeat holes rounds thrash scratch"
+    mixed mixed-mt medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -194,6 +194,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     medium:full)       echo "mixed -m medium" ;;
     medium:small)      echo "mixed -m medium -n 200000" ;;
     medium:quick)      echo "mixed -m medium -n 20000 -l 512" ;;
+    pages:full)        echo "mixed -m pages" ;;
+    pages:small)       echo "mixed -m pages -n 200000 -l 4096" ;;
+    pages:quick)       echo "mixed -m pages -n 20000 -l 512" ;;
     server:full)       echo "server -t $pcs" ;;
     server:small)      echo "server -t $pcs -n 20000" ;;
     server:quick)      echo "server -t $pcs -n 5000" ;;
@@ -388,6 +391,7 @@ md="$OUT/benchmarks.md"
         [ $w = vectors ] && desc="grow -m double with $THREADS threads: each doubles 32 buffers of its own in turn, to 1-4 MiB (vectors and slices; the old copies realloc leaves)"
         [ $w = aligned ] && desc="bigtouch -m aligned: the blocks from posix_memalign on 64 KiB-2 MiB"
         [ $w = medium ] && desc="mixed -m medium: medium blocks only (1 KiB - 256 KiB, log-uniform), 4 096 live"
+        [ $w = pages ] && desc="mixed -m pages: blocks of one to sixteen 4 KiB pages only (4-64 KiB, uniform), 16 384 live, header and tail touched"
         args="\`$(wl_cmd "$w" full | sed "s|$tmp/trace|TRACE|")\`"
         [ $QUICK = 0 ] && args="$args; reduced: \`$(wl_cmd "$w" small | sed "s|$tmp/trace|TRACE|")\`"
         printf -- '- **%s** (%s): %s\n' "$w" "$args" "$desc"

@@ -5,7 +5,8 @@
 # same runs (<= 1.1x glibc).
 #
 # A second table covers the whole size range (issue 25's workloads): mixed
-# (16 B-256 KiB, 1 and 2 threads), medium (1-256 KiB only), server (trees
+# (16 B-256 KiB, 1 and 2 threads), medium (1-256 KiB only), pages (4-64 KiB
+# only, 16 384 live), server (trees
 # freed by another thread), tide (a live set rising to 320 MB and falling),
 # bigtouch (64 KiB-4 MiB, three bytes touched), aligned (the same from
 # posix_memalign on 64 KiB-2 MiB), bigrepeat (2-16 MiB
@@ -184,12 +185,13 @@ if [ $WHICH != core ]; then
         p=$(find_lib "${a#*:}")
         [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
     done
-    SZ_W=(mixed mixed2 medium server prodcons churn tide bigtouch aligned bigrepeat large2 holes rounds vectors)
+    SZ_W=(mixed mixed2 medium pages server prodcons churn tide bigtouch aligned bigrepeat large2 holes rounds vectors)
     sz_cmd() {
         case $1 in
         mixed) echo "mixed -t 1" ;;
         mixed2) echo "mixed -t 2" ;;
         medium) echo "mixed -m medium" ;;
+        pages) echo "mixed -m pages" ;;
         server) echo "server" ;;
         prodcons) echo "prodcons -n 2000000" ;;
         churn) echo "churn -t 1 -n 5000000" ;;
