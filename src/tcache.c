@@ -430,6 +430,18 @@ static uint32_t growth(uint32_t max_len, uint32_t batch)
     return max_len * 2 <= batch ? max_len : batch - max_len;
 }
 
+/* A list's limit at its first use: FIRST_LEN_TINY (or a batch) for blocks
+ * under a line (pm_tcache_own_line_first), growth(0) for the rest, and
+ * the one block asked for above SMALL_CLASS_MAX: a program allocating
+ * buffers of many medium sizes a few at a time kept a spare of each per
+ * thread (git log -p: 3.1 MB of lists above 16 KiB for 4.5 MB in use;
+ * test_tcache_big_class_starts_single). */
+static uint32_t first_limit(size_t size, uint32_t batch)
+{
+    if (size < LINE) return batch < FIRST_LEN_TINY ? batch : FIRST_LEN_TINY;
+    return size > SMALL_CLASS_MAX ? 1 : growth(0, batch);
+}
+
 static PM_NOINLINE void grow_list_slow(pm_tcache_t *t, unsigned cls, uint32_t by)
 {
     pm_tlist_t *l = &t->list[cls];
@@ -553,16 +565,10 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     size_t size = pm_class_size[cls];
     maybe_flush(t);
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
-    /* first use: make room for FIRST_LEN objects before fetching; a class
-     * above SMALL_CLASS_MAX for the one asked for only, and grows from
-     * there at its next refill: a program allocating buffers of many
-     * medium sizes a few at a time kept a spare of each per thread (git
-     * log -p: 3.1 MB of lists above 16 KiB for 4.5 MB in use;
-     * test_tcache_big_class_starts_single) */
+    /* first use: make room before fetching (first_limit); a list started
+     * at one block grows from there at its next refill, not now */
     int first = l->max_len == 0, single = first && size > SMALL_CLASS_MAX;
-    if (first)
-        grow_list(t, cls,
-                  size < LINE ? (batch < FIRST_LEN_TINY ? batch : FIRST_LEN_TINY) : single ? 1 : growth(0, batch));
+    if (first) grow_list(t, cls, first_limit(size, batch));
     uint32_t n = l->max_len < batch ? l->max_len : batch;
     if (n == 0) n = 1;
     uint32_t got;

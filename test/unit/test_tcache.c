@@ -195,58 +195,6 @@ static void test_tcache_fresh_thread_and_slow_start(void **state)
     assert_int_equal(stats().threads, threads0);
 }
 
-/* A class above 16 KiB starts its list at one object, fetched alone
- * (tcache.c pm_tcache_refill): a thread that uses a medium size once keeps
- * no spare of it; one that holds several of it grows the list as before.
- * A 16 KiB class still fetches FIRST_LEN objects at its first use. */
-typedef struct {
-    uint32_t first_len, first_max, after_free_len, reuse_len, second_max, deep_max, small_len;
-} single_t;
-
-static void *single_thread(void *arg)
-{
-    single_t *r = arg;
-    unsigned big = pm_sizeclass_of(64 << 10), small = pm_sizeclass_of(16 << 10);
-    pm_tlist_t *l = &pm_tls.list[big];
-    become_active();
-    void *a = pm_malloc(64 << 10);
-    r->first_len = l->len;
-    r->first_max = l->max_len;
-    pm_free(a);
-    r->after_free_len = l->len;
-    a = pm_malloc(64 << 10); /* the cached one */
-    r->reuse_len = l->len;
-    void *b = pm_malloc(64 << 10); /* a second live one: the list grows */
-    r->second_max = l->max_len;
-    pm_free(a);
-    pm_free(b);
-    void *v[32];
-    for (int round = 0; round < 8; round++) {
-        for (int i = 0; i < 32; i++) assert_non_null(v[i] = pm_malloc(64 << 10));
-        for (int i = 0; i < 32; i++) pm_free(v[i]);
-    }
-    r->deep_max = l->max_len;
-    void *s = pm_malloc(16 << 10);
-    r->small_len = pm_tls.list[small].len;
-    pm_free(s);
-    check_tcache_invariants(&pm_tls, "single thread");
-    return NULL;
-}
-
-static void test_tcache_big_class_starts_single(void **state)
-{
-    (void)state;
-    single_t r = {0};
-    run_thread(single_thread, &r);
-    assert_int_equal(r.first_len, 0);
-    assert_int_equal(r.first_max, 1);
-    assert_int_equal(r.after_free_len, 1);
-    assert_int_equal(r.reuse_len, 0);
-    assert_true(r.second_max >= 2);
-    if (r.deep_max < 16) fail_msg("a list cycling 32 blocks grew to %u only", r.deep_max);
-    assert_int_equal(r.small_len, 3);
-}
-
 /* pm_types.h: "len <= max_len, except while a free is deciding what to do
  * with an overflow" -- so it holds again whenever pm_free has returned.
  * The slow-start thread above frees 2000 blocks of 64 bytes after growing
@@ -635,6 +583,62 @@ static void test_tcache_small_classes_capped(void **state)
     assert_true(r.small_max > ((size_t)1 << 20) / 2);
 }
 
+/* n (<= 64) blocks of size bytes made, then freed. */
+static void cycle_size(size_t size, int n)
+{
+    void *b[64];
+    for (int i = 0; i < n; i++) assert_non_null(b[i] = pm_malloc(size));
+    for (int i = 0; i < n; i++) pm_free(b[i]);
+}
+
+/* A class above 16 KiB starts its list at one object, fetched alone
+ * (tcache.c first_limit): a thread that uses a medium size once keeps
+ * no spare of it; one that holds several of it grows the list as before.
+ * A 16 KiB class still fetches FIRST_LEN objects at its first use. */
+typedef struct {
+    uint32_t first_len, first_max, after_free_len, reuse_len, second_max, deep_max, small_len;
+} single_t;
+
+static void *single_thread(void *arg)
+{
+    single_t *r = arg;
+    unsigned big = pm_sizeclass_of(64 << 10), small = pm_sizeclass_of(16 << 10);
+    pm_tlist_t *l = &pm_tls.list[big];
+    become_active();
+    void *a = pm_malloc(64 << 10);
+    r->first_len = l->len;
+    r->first_max = l->max_len;
+    pm_free(a);
+    r->after_free_len = l->len;
+    a = pm_malloc(64 << 10); /* the cached one */
+    r->reuse_len = l->len;
+    void *b = pm_malloc(64 << 10); /* a second live one: the list grows */
+    r->second_max = l->max_len;
+    pm_free(a);
+    pm_free(b);
+    for (int round = 0; round < 8; round++) cycle_size(64 << 10, 32);
+    r->deep_max = l->max_len;
+    void *s = pm_malloc(16 << 10);
+    r->small_len = pm_tls.list[small].len;
+    pm_free(s);
+    check_tcache_invariants(&pm_tls, "single thread");
+    return NULL;
+}
+
+static void test_tcache_big_class_starts_single(void **state)
+{
+    (void)state;
+    single_t r = {0};
+    run_thread(single_thread, &r);
+    assert_int_equal(r.first_len, 0);
+    assert_int_equal(r.first_max, 1);
+    assert_int_equal(r.after_free_len, 1);
+    assert_int_equal(r.reuse_len, 0);
+    assert_true(r.second_max >= 2);
+    if (r.deep_max < 16) fail_msg("a list cycling 32 blocks grew to %u only", r.deep_max);
+    assert_int_equal(r.small_len, 3);
+}
+
 /* A thread that filled its cache with one size and moves on to another
  * gets the room back from the idle list within a few passes: scavenges
  * come once per window of refused growths, 4 per class with a limit, so a
@@ -643,13 +647,6 @@ static void test_tcache_small_classes_capped(void **state)
 typedef struct {
     uint32_t old_len, new_len, rounds;
 } move_t;
-
-static void cycle_size(size_t size, int n)
-{
-    void *b[64];
-    for (int i = 0; i < n; i++) assert_non_null(b[i] = pm_malloc(size));
-    for (int i = 0; i < n; i++) pm_free(b[i]);
-}
 
 static void *move_thread(void *arg)
 {
