@@ -56,7 +56,9 @@ static void big_free(slot_t s)
     size_t n = blk_check(p, MIN_SZ, MAX_SZ);
     blk_hdr_t h;
     memcpy(&h, p, sizeof h);
-    for (size_t off = PAGE; off < n; off += 16 * PAGE)
+    /* the last byte is the tail tag (blk_init), which may sit on a page's
+     * first byte when n is a page multiple plus one */
+    for (size_t off = PAGE; off + 1 < n; off += 16 * PAGE)
         if (p[off] != (unsigned char)(h.tag + off / PAGE)) die("large block %p corrupted at offset %zu", (void *)p, off);
     free(p);
 }
