@@ -326,6 +326,24 @@ int pm_os_resident(void *addr)
     return rc == 0 ? vec & 1 : -1;
 }
 
+long pm_os_resident_pages(void *addr, size_t size)
+{
+    int saved = errno;
+    size_t os = pm_os_page_size(), pages = (size + os - 1) / os;
+    unsigned char vec[1024]; /* a window of pages per call: stack, not heap */
+    long n = 0;
+    for (size_t at = 0; at < pages; at += sizeof vec) {
+        size_t k = pages - at < sizeof vec ? pages - at : sizeof vec;
+        if (mincore((char *)addr + at * os, k * os, vec) != 0) {
+            n = -1;
+            break;
+        }
+        for (size_t i = 0; i < k; i++) n += vec[i] & 1;
+    }
+    errno = saved;
+    return n;
+}
+
 size_t pm_os_page_size(void)
 {
     static _Atomic size_t cached;

@@ -52,6 +52,9 @@ int pm_os_release(void *addr, size_t size);
 /* Whether the OS page at addr is resident (mincore): 1, 0, or -1 when it
  * cannot tell. */
 int pm_os_resident(void *addr);
+/* How many of the OS pages of [addr, addr + size) are resident (addr on
+ * an OS page), or -1 when it cannot tell. */
+long pm_os_resident_pages(void *addr, size_t size);
 /* pm_os_map(size, 0) for scratch memory (a dump's buffers), tried once
  * more when refused, after the give-back function set here (the
  * allocator's, at init) has returned memory it held: a dump after an

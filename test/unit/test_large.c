@@ -200,6 +200,32 @@ static void test_calloc_follows_use(void **state)
     pm_free(c);
 }
 
+/* calloc of a block of 32 MiB or more on a free run that a malloc'd
+ * block left untouched but for a byte: its pages are released, not
+ * written, even after a filled block made calloc write (a memset would
+ * fault every page in). */
+static void test_calloc_untouched_run_released(void **state)
+{
+    (void)state;
+    const size_t size = (size_t)32 << 20, pages = size / 4096; /* PM_CALLOC_LOOK */
+    pm_pageheap_release_all();
+    uint8_t *a = pm_calloc(1, size); /* from released pages: watched */
+    assert_non_null(a);
+    memset(a, 2, size);
+    pm_free(a); /* filled: the next calloc on resident pages writes */
+
+    pm_pageheap_release_all();
+    uint8_t *x = pm_malloc(size);
+    assert_non_null(x);
+    x[size / 2] = 1;
+    pm_free(x);
+    uint8_t *b = pm_calloc(1, size);
+    assert_ptr_equal(b, x);
+    assert_true(resident_pages(b, size) < pages / 64); /* released, not written */
+    assert_zero(b, size);
+    pm_free(b);
+}
+
 /* A large block realloc'd down to a small one leaves its pages resident
  * in the page heap, for the next large block (one a growth leaves goes
  * back at once: test_alloc_realloc_large_in_place). */
@@ -381,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_alloc_realloc_large_in_place),
         cmocka_unit_test(test_large_accounting),
         cmocka_unit_test(test_calloc_follows_use),
+        cmocka_unit_test(test_calloc_untouched_run_released),
         cmocka_unit_test(test_realloc_large_to_small_keeps_pages),
         cmocka_unit_test(test_realloc_moves_into_resident_run),
         cmocka_unit_test(test_large_rounds_to_step),
