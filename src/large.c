@@ -159,7 +159,10 @@ void pm_large_free(pm_span_t *s)
 {
     if (s->calloc_watch) watch_done(s);
     account(s, -(int64_t)s->npages, 0, -1);
-    pm_pageheap_free(s);
+    if (((size_t)s->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE)
+        pm_pageheap_free_huge(s);
+    else
+        pm_pageheap_free(s);
 }
 
 /* Its pages go back to the OS at once or stay for the next block, as the

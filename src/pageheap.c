@@ -946,7 +946,10 @@ int pm_pageheap_shrink(pm_span_t *s, size_t n)
     s->npages = n;
     mark_ends(s);
     pm_unlock(&ph.lock);
-    free_span(t, 0);
+    if (((size_t)t->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE)
+        pm_pageheap_free_huge(t); /* a 1 GiB block cut to 1 MiB: 1 GiB resident */
+    else
+        free_span(t, 0);
     return 1;
 }
 
@@ -1418,18 +1421,24 @@ void pm_pageheap_free(pm_span_t *s) { free_span(s, 0); }
 void pm_pageheap_free_released(pm_span_t *s) { free_span(s, 1); }
 
 /* The policy decides under the lock and free_span takes it again: a lock
- * more on a path that has just copied 256 KiB or more, and no code more on
- * the paths every free runs (check-text-resident). */
-void pm_pageheap_free_moved(pm_span_t *s, int fresh)
+ * more on a path that has just copied 256 KiB or more (a moved block) or
+ * freed 32 MiB (a huge one), and no code more on the paths every free
+ * runs (check-text-resident).  huge: pm_release_keep_huge_locked decides,
+ * else pm_release_keep_moved_locked. */
+static void free_chosen(pm_span_t *s, int huge, int fresh)
 {
     uint64_t now = clock_now();
     ph_lock();
     clock_locked(now);
     pm_heap_view_t v = view_locked(0);
-    int keep = pm_release_keep_moved_locked(&v, s->npages, fresh);
+    int keep = huge ? pm_release_keep_huge_locked(&v, s->npages) : pm_release_keep_moved_locked(&v, s->npages, fresh);
     pm_unlock(&ph.lock);
     free_span(s, !keep);
 }
+
+void pm_pageheap_free_moved(pm_span_t *s, int fresh) { free_chosen(s, 0, fresh); }
+
+void pm_pageheap_free_huge(pm_span_t *s) { free_chosen(s, 1, 0); }
 
 /* Picks runs of a kind that can be unmapped (long ones first) that became
  * free at `before` or earlier (UINT64_MAX: all of them), and with `edges`

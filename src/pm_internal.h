@@ -188,6 +188,11 @@ void pm_pageheap_free(pm_span_t *s);
  * returned to the OS first, as the policy says (pagerelease.c); fresh:
  * the new block came from the OS. */
 void pm_pageheap_free_moved(pm_span_t *s, int fresh);
+/* Frees a huge block, of PM_HUGE_FREE or more (glibc's largest mmap
+ * threshold): kept resident, or its pages returned to the OS first, as
+ * the policy says (pagerelease.c pm_release_keep_huge_locked). */
+#define PM_HUGE_FREE ((size_t)32 << 20)
+void pm_pageheap_free_huge(pm_span_t *s);
 void pm_pageheap_free_released(pm_span_t *s); /* its pages returned to the OS first */
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 /* Stretches of address space the heap holds, and the most that unmapping
@@ -226,6 +231,8 @@ void pm_release_choose_locked(const pm_heap_view_t *v, int event, pm_release_pla
 void pm_release_refused_locked(uint64_t now); /* the kernel kept pages it was asked to take */
 /* 1: the old copy (pages) of a moved block stays; fresh: its new block came from the OS */
 int pm_release_keep_moved_locked(const pm_heap_view_t *v, uint64_t pages, int fresh);
+/* 1: a freed huge block (pages) stays resident */
+int pm_release_keep_huge_locked(const pm_heap_view_t *v, uint64_t pages);
 void pm_release_stale_full_locked(void);     /* a full batch of stale runs: look again soon */
 int pm_release_tick_due(uint64_t now);       /* 1 at most 8 times a second */
 uint64_t pm_release_decay_ns(void);

@@ -730,6 +730,58 @@ static void test_central_release_free_fork(void **state)
 /* What parks per class: up to 64 KiB for classes of up to 1 KiB, 16 KiB
  * above; a class above 1 KiB whose batch is bigger than that parks short
  * chains only, and what does not fit goes back to its spans. */
+/* A freed block of 32 MiB or more goes back at once past the cap, as
+ * glibc unmaps one that big, even within the recent peak, and so does the
+ * tail a shrink cuts off one; within the cap it stays.  A program that
+ * freed a 1 GiB block and then made a few small blocks, or none, kept
+ * all of it resident.  But a huge block made on fresh pages within a
+ * second of one going back starts rounds, and huge blocks freed then stay
+ * (pagerelease.c pm_release_keep_huge_locked). */
+static void test_pageheap_huge_free_released(void **state)
+{
+    (void)state;
+    const size_t huge = (size_t)128 << 20, within = (size_t)40 << 20; /* the cap: 64 MiB */
+    set_as_limit(RLIM_INFINITY); /* the peak would keep them */
+    grow_heap();
+    pm_pageheap_skip_time(2100000000ull); /* no peak of an earlier test */
+    pm_pageheap_tick();
+
+    void *p = pm_malloc(huge);
+    assert_non_null(p);
+    pm_free(p);
+    assert_true(ph_stats().free < PM_HUGE_FREE);
+    /* made again at once, on released pages: rounds, so this one stays */
+    p = pm_malloc(huge);
+    assert_non_null(p);
+    pm_free(p);
+    assert_true(ph_stats().free >= huge);
+    pm_pageheap_release_all();
+    pm_pageheap_skip_time(2100000000ull); /* the rounds lapse */
+    pm_pageheap_tick();
+    p = pm_malloc(huge);
+    assert_non_null(p);
+    pm_free(p);
+    assert_true(ph_stats().free < PM_HUGE_FREE);
+    pm_pageheap_skip_time(2100000000ull);
+    pm_pageheap_tick();
+
+    p = pm_malloc(within);
+    assert_non_null(p);
+    pm_free(p);
+    assert_true(ph_stats().free >= within); /* kept for the next */
+    pm_pageheap_release_all();
+
+    p = pm_malloc(huge);
+    assert_non_null(p);
+    void *q = pm_realloc(p, (size_t)1 << 20);
+    assert_ptr_equal(q, p); /* shrunk in place */
+    assert_true(ph_stats().free < PM_HUGE_FREE);
+    pm_free(q);
+    pm_pageheap_release_all();
+    set_as_limit((rlim_t)1 << 46);
+    grow_heap();
+}
+
 /* The old copy of a block realloc moved stays resident when its new block
  * came from resident pages and the free pages, with it, stay within those
  * in use (a user's cap instead when set), else it goes back at once
@@ -860,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_pageheap_cut_keeps_age),
         cmocka_unit_test(test_pageheap_decay_unmaps),
         cmocka_unit_test(test_pageheap_excess_keeps_holes_out),
+        cmocka_unit_test(test_pageheap_huge_free_released),
         cmocka_unit_test(test_pageheap_moved_copy_kept_within_use),
         cmocka_unit_test(test_pageheap_moved_copy_kept_within_peak),
         cmocka_unit_test(test_central_release_free),
