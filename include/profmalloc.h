@@ -27,8 +27,9 @@
  *                            without frame pointers) or fp (frame pointers:
  *                            faster, needs -fno-omit-frame-pointer
  *                            everywhere) (default dwarf)
- *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches (default
- *                            32M)
+ *   PROFMALLOC_TCACHE_BYTES  byte budget shared by all thread caches; unset,
+ *                            the default or 2 MiB a live thread (up to 256
+ *                            MiB), whichever is more (default 32M)
  *   PROFMALLOC_RELEASE_BYTES free resident memory kept before pages go back
  *                            to the OS (pages unused for a second go back
  *                            anyway); unset, the cap is the default or the

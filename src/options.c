@@ -59,7 +59,8 @@ static const struct option {
      "stack unwinder: `dwarf` (.eh_frame tables, works without frame pointers) or `fp` "
      "(frame pointers: faster, needs `-fno-omit-frame-pointer` everywhere)", NULL, NULL, 0},
     {"PROFMALLOC_TCACHE_BYTES", SIZE, &pm_options.tcache_bytes,
-     "byte budget shared by all thread caches", NULL, NULL, 0},
+     "byte budget shared by all thread caches; unset, the default or 2 MiB a live "
+     "thread (up to 256 MiB), whichever is more", &pm_options.tcache_bytes_set, NULL, 0},
     {"PROFMALLOC_RELEASE_BYTES", SIZE, &pm_options.release_bytes,
      "free resident memory kept before pages go back to the OS (pages unused for a "
      "second go back anyway); unset, the cap is the default or the memory in use, "

@@ -33,6 +33,7 @@ typedef struct pm_options {
     int dump_empty;            /* PROFMALLOC_DUMP_EMPTY=1 */
     int unwind_fp;             /* PROFMALLOC_UNWIND=fp */
     uint64_t tcache_bytes;     /* PROFMALLOC_TCACHE_BYTES */
+    int tcache_bytes_set;      /* ... given: the pool, whatever the threads (tcache.c) */
     uint64_t release_bytes;    /* PROFMALLOC_RELEASE_BYTES */
     int release_bytes_set;     /* ... given: a fixed cap (pageheap.c rule 3) */
     int verbose;               /* PROFMALLOC_VERBOSE */

@@ -5,7 +5,8 @@
  * starts at 4 objects (one above 16 KiB) and doubles up to a batch, then
  * grows a batch per underflow, and shrinks after repeated overflows (like
  * tcmalloc).  The
- * budgets come from one global pool (PROFMALLOC_TCACHE_BYTES); a thread
+ * budgets come from one global pool (PROFMALLOC_TCACHE_BYTES, which grows
+ * with the live threads unless set: THREAD_POOL); a thread
  * that needs more takes from the pool, or the part of another thread's
  * budget that thread's lists do not use.  Taking used budget (as tcmalloc
  * does, the victim shrinking at its next slow path) let threads that sleep
@@ -77,7 +78,17 @@ typedef struct pm_treg {
     /* the thread's last stack walks (prof_unwind.c), here rather than in
      * its TLS, where every thread would carry them */
     pm_unwind_memo_t memo;
+    int pooled; /* its thread added THREAD_POOL to the pool */
 } pm_treg_t;
+
+/* Unless PROFMALLOC_TCACHE_BYTES is set, the pool holds at least this
+ * much per live thread: with 32 MiB for 64 threads churning blocks of
+ * 16 B-31 KiB on 2 cores, a thread had 512 KiB, made central trips for
+ * a fifth of its time, and took 0.44 s where mimalloc took 0.21; with
+ * 2 MiB a thread, 0.30 s at 12 % more peak RSS (125 against 111 MB;
+ * glibc 250, mimalloc 247; test_tcache_pool_grows_with_threads). */
+#define THREAD_POOL ((size_t)2 << 20)
+#define POOL_MAX ((size_t)256 << 20) /* ... up to 128 threads */
 
 static pm_lock_t reg_lock = PM_LOCK_INIT;
 static _Atomic uint64_t steal_walks, steal_visits; /* for tests: grow_budget's work */
@@ -176,6 +187,8 @@ static void node_unlink_locked(pm_treg_t *n)
     if (n->next) n->next->prev = n->prev;
     if (steal_cursor == n) steal_cursor = n->next;
     nthreads--;
+    if (n->pooled) atomic_fetch_sub(&unclaimed, (int64_t)THREAD_POOL);
+    n->pooled = 0;
     n->next = spare_nodes;
     spare_nodes = n;
 }
@@ -242,6 +255,9 @@ void pm_tcache_thread_start(pm_tcache_t *t)
         if (threads) threads->prev = n;
         threads = n;
         nthreads++;
+        n->pooled = !pm_options.tcache_bytes_set && nthreads * THREAD_POOL > pm_options.tcache_bytes &&
+                    nthreads * THREAD_POOL <= POOL_MAX;
+        if (n->pooled) atomic_fetch_add(&unclaimed, (int64_t)THREAD_POOL);
         pm_unlock(&reg_lock);
     }
     pthread_setspecific(exit_key, t);
@@ -707,6 +723,7 @@ void pm_tcache_unlock_all(int child)
         pm_treg_t *n = self->reg;
         node_claim(n, self);
         n->next = n->prev = NULL;
+        n->pooled = 0; /* the pool starts over below */
         threads = n;
         nthreads = 1;
     }

@@ -487,16 +487,58 @@ static void test_tcache_crowd_steals_bounded(void **state)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 128 << 10);
+    /* the pool as a user sets it: unset, it would grow with the threads */
+    pm_options.tcache_bytes_set = 1;
     assert_int_equal(pthread_barrier_init(&crowd_barrier, NULL, CROWD), 0);
     for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_create(&th[i], &attr, crowd_thread, NULL), 0);
     for (int i = 0; i < CROWD; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
     pthread_barrier_destroy(&crowd_barrier);
     pthread_attr_destroy(&attr);
+    pm_options.tcache_bytes_set = 0;
     pm_tcache_steal_work(&w1, &v1);
     uint64_t walks = w1 - w0, visits = v1 - v0;
     assert_true(walks > 0);               /* the pool did run out */
     assert_true(visits <= 16 * walks);    /* a few threads per look */
     assert_true(walks <= (uint64_t)CROWD * 48); /* and few looks per thread (~16 here; 800 without the wait) */
+}
+
+/* Unless PROFMALLOC_TCACHE_BYTES is set, the pool grows by 2 MiB a live
+ * thread past 16 (tcache.c THREAD_POOL): 40 threads that grow their
+ * caches at once hold more than the 32 MiB default between them, read
+ * while all of them wait at a barrier. */
+enum { POOL_THREADS = 40 };
+static pthread_barrier_t pool_barrier;
+static pm_tcache_t *pool_caches[POOL_THREADS];
+static _Atomic int pool_next;
+
+static void cycle_blocks(size_t first, int n);
+
+static void *pool_thread(void *arg)
+{
+    (void)arg;
+    pool_caches[atomic_fetch_add(&pool_next, 1)] = &pm_tls;
+    for (int round = 0; round < 8; round++) cycle_blocks(32768, 128);
+    pthread_barrier_wait(&pool_barrier); /* all grown, none allocating */
+    pthread_barrier_wait(&pool_barrier); /* read */
+    return NULL;
+}
+
+static void test_tcache_pool_grows_with_threads(void **state)
+{
+    (void)state;
+    assert_false(pm_options.tcache_bytes_set);
+    assert_int_equal(pm_options.tcache_bytes, (uint64_t)32 << 20);
+    pthread_t th[POOL_THREADS];
+    atomic_store(&pool_next, 0);
+    assert_int_equal(pthread_barrier_init(&pool_barrier, NULL, POOL_THREADS + 1), 0);
+    for (int i = 0; i < POOL_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, pool_thread, NULL), 0);
+    pthread_barrier_wait(&pool_barrier);
+    size_t sum = 0;
+    for (int i = 0; i < POOL_THREADS; i++) sum += atomic_load(&pool_caches[i]->budget);
+    pthread_barrier_wait(&pool_barrier);
+    for (int i = 0; i < POOL_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&pool_barrier);
+    if (sum <= ((size_t)40 << 20)) fail_msg("40 threads' budgets: %zu bytes, not past 40 MiB", sum);
 }
 
 /* One thread's cache never holds more than 16 MiB (tcache.c MAX_BUDGET),
@@ -774,6 +816,9 @@ static void test_tcache_pool_bounds_sleepers(void **state)
     sleeper_t *r = calloc(SLEEPERS, sizeof *r);
     pthread_t th[SLEEPERS];
     assert_non_null(r);
+    /* the pool as a user sets it: unset, it grows with the threads
+     * (test_tcache_pool_grows_with_threads) */
+    pm_options.tcache_bytes_set = 1;
     size_t total = 0, max = 0;
     for (int i = 0; i < SLEEPERS; i++) {
         sem_init(&r[i].grown, 0, 0);
@@ -791,6 +836,7 @@ static void test_tcache_pool_bounds_sleepers(void **state)
         sem_destroy(&r[i].wake);
     }
     free(r);
+    pm_options.tcache_bytes_set = 0;
     /* the first threads reached the per-thread cap, so the pool was spent */
     assert_true(max > ((size_t)1 << 20) / 2);
     assert_true((size_t)SLEEPERS * max > pm_options.tcache_bytes);
@@ -933,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_tcache_budget_invariant),
         cmocka_unit_test(test_tcache_crowd_steals_bounded),
         cmocka_unit_test(test_tcache_thread_cap),
+        cmocka_unit_test(test_tcache_pool_grows_with_threads),
         cmocka_unit_test(test_tcache_small_classes_capped),
         cmocka_unit_test(test_tcache_moves_to_new_size),
         cmocka_unit_test(test_tcache_idle_lists_shrink),
