@@ -258,6 +258,21 @@ size_t pm_usable_size(const void *p)
     return span_usable(s);
 }
 
+/* The block realloc moves one of `old` usable bytes to, for `size`: a
+ * growth takes `reserve` where it can (see pm_realloc); NULL with errno
+ * ENOMEM when none could be had. */
+static void *move_target(size_t old, size_t size, size_t reserve)
+{
+    void *q = NULL;
+    int saved = errno;
+    if (size > old && reserve > size) {
+        q = alloc_reserve(size, reserve, 1, 0, 0);
+        if (!q) errno = saved; /* the exact size may still fit */
+    }
+    /* (not inlined: a move copies the block anyway) */
+    return q ? q : pm_malloc(size);
+}
+
 void *pm_realloc(void *p, size_t size)
 {
     if (!p) return pm_malloc_inline(size);
@@ -266,11 +281,28 @@ void *pm_realloc(void *p, size_t size)
         return NULL;
     }
     if (PM_UNLIKELY(size > PTRDIFF_MAX)) return enomem();
-    /* A small block that keeps its class is found without its span, whose
-     * line a program growing many strings misses on nearly every call
-     * (test_alloc: test_realloc_in_place_by_page_info). */
+    /* A small block is found without its span, whose line a program
+     * resizing many blocks misses on nearly every call: one that keeps
+     * its class stays (test_alloc: test_realloc_in_place_by_page_info),
+     * and one that moves meets the owner check once its new block is
+     * made, the span's miss overlapping that work (4 096 blocks resized
+     * at random to 1-2 000 bytes: 0.19 -> 0.17 s, tcmalloc 0.13). */
     unsigned cls = small_class_at(p, NULL);
-    if (cls && size <= pm_class_size[cls] && size >= pm_class_size[cls] / 2 && !pm_key_is_set(p)) return p;
+    if (cls && !pm_key_is_set(p)) {
+        size_t old = pm_class_size[cls];
+        if (size <= old && size >= old / 2) return p;
+        int saved = errno;
+        void *q = move_target(old, size, old + old / 4);
+        (void)owner_for(p, "realloc(): invalid pointer");
+        if (!q) {
+            if (size > old) return NULL;
+            errno = saved; /* a shrink that cannot move keeps its block */
+            return p;
+        }
+        memcpy(q, p, size < old ? size : old);
+        pm_free_inline(p);
+        return q;
+    }
     pm_span_t *s = owner_for(p, "realloc(): invalid pointer");
     if (s->cls && PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("realloc()", p);
     size_t old = span_usable(s);
@@ -299,14 +331,8 @@ void *pm_realloc(void *p, size_t size)
         void *q = pm_large_realloc_in_place(s, p, size, reserve);
         if (q) return q;
     }
-    void *q = NULL;
     int saved = errno;
-    if (size > old && reserve > size) {
-        q = alloc_reserve(size, reserve, 1, 0, 0);
-        if (!q) errno = saved; /* the exact size may still fit */
-    }
-    /* (not inlined: a move copies the block anyway) */
-    if (!q) q = pm_malloc(size);
+    void *q = move_target(old, size, reserve);
     if (!q && size > old && pm_large_shed_reserve(s)) {
         errno = saved;
         old = span_usable(s);
