@@ -947,7 +947,7 @@ int pm_pageheap_shrink(pm_span_t *s, size_t n)
     mark_ends(s);
     pm_unlock(&ph.lock);
     if (((size_t)t->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE)
-        pm_pageheap_free_huge(t); /* a 1 GiB block cut to 1 MiB: 1 GiB resident */
+        pm_pageheap_free_huge(t); /* as a huge block's free: a 1 GiB block cut to 1 MiB kept the rest */
     else
         free_span(t, 0);
     return 1;

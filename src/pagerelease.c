@@ -202,8 +202,8 @@ int pm_release_keep_moved_locked(const pm_heap_view_t *v, uint64_t pages, int fr
  * is made on fresh pages within a second of one going back (huge_round),
  * the program works in rounds of them, and huge blocks freed within a
  * second of the last stay as rule_cap's rounds do: 1 GiB made, written and
- * freed 10 times faulted in every round, 6.1 s as under glibc, and faults
- * in two rounds now, 0.9 s (tcmalloc 1.6 s, two rounds' faults too;
+ * freed 10 times faults in two rounds, 1.5 s (tcmalloc 1.6-1.8 s, two
+ * rounds' faults too; glibc 6.1 s, every round's;
  * test_pagerelease.c: test_pageheap_huge_free_released). */
 int pm_release_keep_huge_locked(const pm_heap_view_t *v, uint64_t pages)
 {
