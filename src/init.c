@@ -7,7 +7,8 @@
  * an allocating pthread_atfork would find a working allocator.
  * Fork: the prepare handler takes every allocator lock in the one fixed
  * order of doc/design.md; parent and child release them (the child by
- * resetting, since it is the only thread left). */
+ * resetting, since it is the only thread left).  A process that never
+ * started a thread has no other that could hold one, and takes none. */
 #include "pm_internal.h"
 #include "pm_hunt.h"
 #include "pm_prof_unwind.h"
@@ -15,12 +16,21 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/single_threaded.h>
 
 _Atomic int pm_init_state;
 static _Atomic int atfork_registered;
 
+/* Whether fork_prepare took the locks.  Not where glibc says the process
+ * never started a thread (its malloc counts on the same flag): writing
+ * each lock word after the fork cost a copy-on-write fault on both sides,
+ * 25 a fork (test_api: test_fork_single_threaded_writes_no_locks). */
+static int fork_locked;
+
 static void fork_prepare(void)
 {
+    fork_locked = !__libc_single_threaded;
+    if (!fork_locked) return;
     pm_hunt_lock_all();
     pm_symbols_lock_all();
     pm_tcache_lock_all();
@@ -32,6 +42,10 @@ static void fork_prepare(void)
 
 static void fork_release(int child)
 {
+    if (!fork_locked) {
+        if (child) pm_hunt_child();
+        return;
+    }
     pm_meta_unlock_all(child);
     pm_pageheap_unlock_all(child);
     pm_central_unlock_all(child);

@@ -59,6 +59,9 @@ void pm_hunt_at_exit(void);
 int pm_hunt_dump_peak_fd(int fd, int format);
 void pm_hunt_lock_all(void);
 void pm_hunt_unlock_all(int child);
+/* The child's own state (triggers, timeline, gperftools' files) after a fork
+ * whose prepare took no lock: a process that never started a thread. */
+void pm_hunt_child(void);
 /* Waits for a `busy` flag (the timeline's, a trigger set's) and takes it:
  * the exit, public calls and the HTTP server must not skip their turn;
  * the sample path tries once and goes on (test_hunt's test_gperftools_api). */

@@ -299,15 +299,20 @@ void pm_hunt_lock_all(void)
     pm_lock(&mark.lock);
 }
 
+void pm_hunt_child(void)
+{
+    pm_triggers_child();
+    pm_timeline_child();
+    pm_gperf_child();
+}
+
 void pm_hunt_unlock_all(int child)
 {
     if (child) {
         pm_lock_reset(&mark.lock);
         pm_lock_reset(&peak.lock);
         atomic_store(&peak_busy, 0); /* its thread is gone */
-        pm_triggers_child();
-        pm_timeline_child();
-        pm_gperf_child();
+        pm_hunt_child();
     } else {
         pm_unlock(&mark.lock);
         pm_unlock(&peak.lock);
