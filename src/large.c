@@ -77,12 +77,15 @@ static void *watch_page(const void *p, size_t size, unsigned i)
  * may touch a few (calloc(2 GiB) after a malloc(1 GiB) touched at three
  * bytes: 2 GB peak RSS and 1.2 s, glibc 1.6 MB;
  * test_calloc_untouched_run_released). */
+static int calloc_releases(void *p, size_t size)
+{
+    return pm_relaxed_load(&calloc_sparse) ||
+           (size >= PM_CALLOC_LOOK && (unsigned long)pm_os_resident_pages(p, size) < size / pm_os_page_size() / 2);
+}
+
 static void calloc_big(pm_span_t *s, void *p, size_t size)
 {
-    int release = !s->zeroed && (pm_relaxed_load(&calloc_sparse) ||
-                                 (size >= PM_CALLOC_LOOK &&
-                                  (unsigned long)pm_os_resident_pages(p, size) < size / pm_os_page_size() / 2));
-    if (!s->zeroed && !(release && pm_os_release(p, s->npages << PM_PAGE_SHIFT) == 0)) {
+    if (!s->zeroed && !(calloc_releases(p, size) && pm_os_release(p, s->npages << PM_PAGE_SHIFT) == 0)) {
         memset(p, 0, size);
         if (pm_relaxed_add(&calloc_count, 1) % WATCH_EVERY) return;
         for (unsigned i = 0; i < WATCH_SAMPLES; i++) pm_os_discard(watch_page(p, size, i), pm_os_page_size());
@@ -159,10 +162,7 @@ void pm_large_free(pm_span_t *s)
 {
     if (s->calloc_watch) watch_done(s);
     account(s, -(int64_t)s->npages, 0, -1);
-    if (((size_t)s->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE)
-        pm_pageheap_free_huge(s);
-    else
-        pm_pageheap_free(s);
+    pm_pageheap_free_large(s);
 }
 
 /* Its pages go back to the OS at once or stay for the next block, as the

@@ -946,10 +946,7 @@ int pm_pageheap_shrink(pm_span_t *s, size_t n)
     s->npages = n;
     mark_ends(s);
     pm_unlock(&ph.lock);
-    if (((size_t)t->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE)
-        pm_pageheap_free_huge(t); /* as a huge block's free: a 1 GiB block cut to 1 MiB kept the rest */
-    else
-        free_span(t, 0);
+    pm_pageheap_free_large(t); /* a 1 GiB block cut to 1 MiB kept the rest */
     return 1;
 }
 
@@ -1438,7 +1435,11 @@ static void free_chosen(pm_span_t *s, int huge, int fresh)
 
 void pm_pageheap_free_moved(pm_span_t *s, int fresh) { free_chosen(s, 0, fresh); }
 
-void pm_pageheap_free_huge(pm_span_t *s) { free_chosen(s, 1, 0); }
+void pm_pageheap_free_large(pm_span_t *s)
+{
+    if (((size_t)s->npages << PM_PAGE_SHIFT) >= PM_HUGE_FREE) free_chosen(s, 1, 0);
+    else free_span(s, 0);
+}
 
 /* Picks runs of a kind that can be unmapped (long ones first) that became
  * free at `before` or earlier (UINT64_MAX: all of them), and with `edges`

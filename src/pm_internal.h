@@ -189,11 +189,12 @@ void pm_pageheap_free(pm_span_t *s);
  * returned to the OS first, as the policy says (pagerelease.c); fresh:
  * the new block came from the OS. */
 void pm_pageheap_free_moved(pm_span_t *s, int fresh);
-/* Frees a huge block, of PM_HUGE_FREE or more (glibc's largest mmap
- * threshold): kept resident, or its pages returned to the OS first, as
- * the policy says (pagerelease.c pm_release_keep_huge_locked). */
+/* Frees a large block's span (or a shrink's tail); one of PM_HUGE_FREE or
+ * more (glibc's largest mmap threshold) is kept resident, or its pages
+ * returned to the OS first, as the policy says (pagerelease.c
+ * pm_release_keep_huge_locked). */
 #define PM_HUGE_FREE ((size_t)32 << 20)
-void pm_pageheap_free_huge(pm_span_t *s);
+void pm_pageheap_free_large(pm_span_t *s);
 void pm_pageheap_free_released(pm_span_t *s); /* its pages returned to the OS first */
 int pm_pageheap_extend(pm_span_t *s, size_t npages); /* 1: s grew in place */
 /* Stretches of address space the heap holds, and the most that unmapping
