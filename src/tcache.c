@@ -1,7 +1,8 @@
 /* tcache.c — per-thread caches: one free list per size class, in
  * initial-exec TLS, created lazily by the first slow path of a thread.
  * Lists adapt within a byte budget per thread (at most 16 MiB, of which
- * the classes up to 16 KiB may use 1 MiB): a list
+ * the classes up to 16 KiB may use 1 MiB, or up to 4 MiB while their
+ * batches make round trips through the central lists): a list
  * starts at 4 objects (one above 16 KiB) and doubles up to a batch, then
  * grows a batch per underflow, and shrinks after repeated overflows (like
  * tcmalloc).  The
@@ -37,10 +38,21 @@ PM_TLS pm_tcache_t pm_tls;
  * (test_tcache_thread_cap). */
 #define MAX_BUDGET ((size_t)16 << 20)
 /* ... but the classes up to SMALL_CLASS_MAX (4 or more objects a trip)
- * never hold more than this: 4 MiB of them per thread cost a program
- * whose threads take turns (bench/pythreads) peak RSS for no speed
- * (test_tcache_small_classes_capped). */
+ * hold no more than this: 4 MiB of them per thread cost a program whose
+ * threads take turns (bench/pythreads) peak RSS for no speed
+ * (test_tcache_small_classes_capped) ... */
 #define MAX_SMALL_BUDGET ((size_t)1 << 20)
+/* ... unless the thread's lists keep sending batches to the central
+ * lists and fetching them back (a refill of a class whose last trip was
+ * an overflow: a round trip): PINGPONG_RAISE of them between two idle
+ * checks double its ceiling, up to 4 MiB, and a window with fewer puts
+ * it back.  Two threads trading batches of 8 B-16 KiB blocks made a
+ * central trip every 9 operations at 1 MiB (tcmalloc's 4 MiB cache: 2x
+ * pm's pace); pythreads makes ~500 round trips a run, mixed 25 000
+ * (test_tcache_round_trips_raise_small_ceiling). */
+#define PINGPONG_RAISE 1024
+#define SMALL_SHIFT_MAX 2
+#define OVERFLOWED 2 /* active[cls]: the class's last trip was an overflow */
 #define SMALL_CLASS_MAX 16384
 #define MAX_LIST_LEN 8192
 #define MAX_OVERFLOWS 3
@@ -235,6 +247,8 @@ void pm_tcache_thread_start(pm_tcache_t *t)
     atomic_store(&t->budget, budget);
     t->capacity = 0;
     t->small_capacity = 0;
+    t->small_shift = 0;
+    t->pingpongs = 0;
     t->idle_epoch = pm_relaxed_load(&tick_epoch);
     t->state = PM_THREAD_ACTIVE;
     t->flush_seen = pm_relaxed_load(&flush_requests);
@@ -306,6 +320,19 @@ static void release(pm_tlist_t *l, unsigned cls, uint32_t n)
 }
 
 static inline int small_class(unsigned cls) { return (small_map[cls >> 6] >> (cls & 63)) & 1; }
+
+/* What the classes up to SMALL_CLASS_MAX may hold in t's lists. */
+static inline size_t small_ceiling(const pm_tcache_t *t) { return MAX_SMALL_BUDGET << t->small_shift; }
+
+/* Refused by the small classes' ceiling: a thread whose lists made
+ * PINGPONG_RAISE round trips since its last idle check doubles it. */
+static int raise_small_ceiling(pm_tcache_t *t)
+{
+    if (t->pingpongs < PINGPONG_RAISE || t->small_shift >= SMALL_SHIFT_MAX) return 0;
+    t->small_shift++;
+    t->pingpongs = 0;
+    return 1;
+}
 
 /* Sets list cls's limit to n, keeping the capacities and the map of
  * limited classes (which scavenge and shrink walk) in step. */
@@ -465,7 +492,7 @@ static PM_NOINLINE void grow_list_slow(pm_tcache_t *t, unsigned cls, uint32_t by
     if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
     size_t bytes = (size_t)by * pm_class_size[cls];
     if (!by) return;
-    if (small_class(cls) && t->small_capacity + bytes > MAX_SMALL_BUDGET) {
+    if (small_class(cls) && t->small_capacity + bytes > small_ceiling(t) && !raise_small_ceiling(t)) {
         /* the small classes' own ceiling: only their idle lists make room */
         if (t->scavenge_skip) {
             t->scavenge_skip--;
@@ -473,7 +500,7 @@ static PM_NOINLINE void grow_list_slow(pm_tcache_t *t, unsigned cls, uint32_t by
         }
         t->scavenge_skip = scavenge_window(t);
         scavenge(t, 1); /* the larger classes' lists would free no room here */
-        if (t->small_capacity + bytes > MAX_SMALL_BUDGET) return;
+        if (t->small_capacity + bytes > small_ceiling(t)) return;
     }
     if (t->capacity + bytes > atomic_load(&t->budget)) {
         /* no budget to be had: idle lists give up room.  While stealing
@@ -512,7 +539,7 @@ static inline void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
         return;
     }
     size_t bytes = (size_t)by * pm_class_size[cls], budget = atomic_load_explicit(&t->budget, memory_order_relaxed);
-    int small_full = small_class(cls) && t->small_capacity + bytes > MAX_SMALL_BUDGET;
+    int small_full = small_class(cls) && t->small_capacity + bytes > small_ceiling(t);
     if (!small_full && t->capacity + bytes <= budget) {
         t->active[cls] = 1;
         set_limit(t, cls, l->max_len + by);
@@ -528,12 +555,25 @@ static inline void grow_list(pm_tcache_t *t, unsigned cls, uint32_t by)
 
 void pm_tcache_tick(void) { pm_relaxed_add(&tick_epoch, 1); }
 
+/* The small classes' ceiling back to MAX_SMALL_BUDGET, their lists halved
+ * until they fit. */
+static PM_COLD void small_ceiling_back(pm_tcache_t *t)
+{
+    t->small_shift = 0;
+    while (t->small_capacity > small_ceiling(t))
+        for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++)
+            for (uint64_t m = t->limited[w] & small_map[w]; m; m &= m - 1) halve(t, w * 64 + (unsigned)__builtin_ctzll(m));
+}
+
 void pm_tcache_idle_check(pm_tcache_t *t)
 {
     uint32_t e = pm_relaxed_load(&tick_epoch);
     if (e - t->idle_epoch < IDLE_TICKS || t->state != PM_THREAD_ACTIVE) return;
     t->idle_epoch = e;
     scavenge(t, 0);
+    /* a window with few round trips: the small classes' ceiling goes back */
+    if (t->small_shift && t->pingpongs < PINGPONG_RAISE) small_ceiling_back(t);
+    t->pingpongs = 0;
 }
 
 /* Whether every block that shares a cache line with block o (the blocks
@@ -580,6 +620,10 @@ void *pm_tcache_refill(pm_tcache_t *t, unsigned cls)
     uint32_t batch = pm_class_batch[cls];
     size_t size = pm_class_size[cls];
     maybe_flush(t);
+    if (t->active[cls] & OVERFLOWED) {
+        t->active[cls] &= ~OVERFLOWED;
+        t->pingpongs++;
+    }
     if (t->capacity > atomic_load_explicit(&t->budget, memory_order_relaxed)) shrink(t);
     /* first use: make room before fetching (first_limit); a list started
      * at one block grows from there at its next refill, not now */
@@ -628,8 +672,8 @@ void pm_tcache_overflow(pm_tcache_t *t, unsigned cls)
         grow_list(t, cls, growth(l->max_len, batch));
         if (l->len <= l->max_len) return;
     }
-    t->active[cls] = 1;
     release(l, cls, l->len < batch ? l->len : batch);
+    t->active[cls] = 1 | (small_class(cls) ? OVERFLOWED : 0);
     if (l->max_len > batch && ++t->overflows[cls] > MAX_OVERFLOWS) {
         set_limit(t, cls, l->max_len - batch);
         t->overflows[cls] = 0;
@@ -646,6 +690,7 @@ void pm_tcache_flush_all(pm_tcache_t *t)
     }
     t->capacity = 0;
     t->small_capacity = 0;
+    t->small_shift = 0;
     for (unsigned w = 0; w < sizeof t->limited / sizeof t->limited[0]; w++) t->limited[w] = 0;
 }
 

@@ -2,6 +2,8 @@
  * registration and exit, the budget and its stealing, the pool of caches. */
 #include "core_test.h"
 
+#include <sched.h>
+
 /* ======================================================================
  * tcache.c and alloc.c through pm_malloc & co.
  * ==================================================================== */
@@ -23,7 +25,9 @@ static void check_tcache_invariants(const pm_tcache_t *t, const char *where)
     if (cap != t->capacity) fail_msg("%s: capacity %zu != Σ max_len·size %zu", where, t->capacity, cap);
     if (small != t->small_capacity)
         fail_msg("%s: small capacity %zu != Σ max_len·size up to 16 KiB %zu", where, t->small_capacity, small);
-    if (small > ((size_t)1 << 20)) fail_msg("%s: small classes hold %zu bytes, over 1 MiB", where, small);
+    if (t->small_shift > 2) fail_msg("%s: small ceiling 1 MiB << %u, over 4 MiB", where, t->small_shift);
+    if (small > ((size_t)1 << 20) << t->small_shift)
+        fail_msg("%s: small classes hold %zu bytes, over 1 MiB << %u", where, small, t->small_shift);
     size_t budget = atomic_load(&((pm_tcache_t *)t)->budget);
     if (t->capacity > budget) fail_msg("%s: capacity %zu > budget %zu", where, t->capacity, budget);
 }
@@ -625,6 +629,86 @@ static void test_tcache_small_classes_capped(void **state)
     assert_true(r.small_max > ((size_t)1 << 20) / 2);
 }
 
+/* Two threads trade batches of 256 blocks of 1-16 KiB: each frees the
+ * other's, so its lists overflow on the frees and refill on the mallocs,
+ * a round trip through the central lists each.  Such a thread's small
+ * classes outgrow 1 MiB, up to 4 MiB, and a window of idle checks without
+ * round trips takes them back to 1 MiB (tcache.c PINGPONG_RAISE). */
+typedef struct {
+    _Atomic(void **) box[2];
+    _Atomic int done;
+    size_t small_max[2];
+    unsigned shift_max[2], shift_after[2];
+    size_t small_after[2];
+} trade_t;
+
+static trade_t trade;
+
+static void drain_box(int me)
+{
+    void **b = atomic_exchange(&trade.box[me], NULL);
+    if (!b) return;
+    for (int i = 0; i < 256; i++) pm_free(b[i]);
+    pm_free(b);
+}
+
+static void *trade_thread(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    uint64_t seed = (uint64_t)me + 1;
+    for (int round = 0; round < 600; round++) {
+        void **b = pm_malloc(256 * sizeof *b);
+        assert_non_null(b);
+        for (int i = 0; i < 256; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            assert_non_null(b[i] = pm_malloc((size_t)1024 << ((seed >> 40) % 5)));
+        }
+        void **none = NULL;
+        while (!atomic_compare_exchange_weak(&trade.box[!me], &none, b)) {
+            none = NULL;
+            drain_box(me);
+            sched_yield();
+        }
+        drain_box(me);
+        if (pm_tls.small_capacity > trade.small_max[me]) trade.small_max[me] = pm_tls.small_capacity;
+        if (pm_tls.small_shift > trade.shift_max[me]) trade.shift_max[me] = pm_tls.small_shift;
+        check_tcache_invariants(&pm_tls, "trading thread");
+    }
+    /* the other thread may still be handing this one batches */
+    atomic_fetch_add(&trade.done, 1);
+    while (atomic_load(&trade.done) < 2) {
+        drain_box(me);
+        sched_yield();
+    }
+    drain_box(me);
+    /* two idle windows: the first sees the trading's round trips, the
+     * second none */
+    for (int check = 0; check < 2; check++) {
+        for (int i = 0; i < 8; i++) pm_tcache_tick();
+        pm_tcache_idle_check(&pm_tls);
+    }
+    trade.shift_after[me] = pm_tls.small_shift;
+    trade.small_after[me] = pm_tls.small_capacity;
+    check_tcache_invariants(&pm_tls, "trading thread, idle");
+    return NULL;
+}
+
+static void test_tcache_round_trips_raise_small_ceiling(void **state)
+{
+    (void)state;
+    memset(&trade, 0, sizeof trade);
+    pthread_t th[2];
+    for (intptr_t i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, trade_thread, (void *)i), 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        if (trade.small_max[i] <= ((size_t)1 << 20))
+            fail_msg("thread %d: small classes reached %zu bytes, not past 1 MiB", i, trade.small_max[i]);
+        assert_true(trade.shift_max[i] >= 1);
+        assert_int_equal(trade.shift_after[i], 0);
+        assert_true(trade.small_after[i] <= ((size_t)1 << 20));
+    }
+}
+
 /* n (<= 64) blocks of size bytes made, then freed. */
 static void cycle_size(size_t size, int n)
 {
@@ -981,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_tcache_thread_cap),
         cmocka_unit_test(test_tcache_pool_grows_with_threads),
         cmocka_unit_test(test_tcache_small_classes_capped),
+        cmocka_unit_test(test_tcache_round_trips_raise_small_ceiling),
         cmocka_unit_test(test_tcache_moves_to_new_size),
         cmocka_unit_test(test_tcache_idle_lists_shrink),
         cmocka_unit_test(test_tcache_idle_lists_shrink_through_malloc),
