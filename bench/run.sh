@@ -17,6 +17,7 @@
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow vectors large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
 #            medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch
+#            trade
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -32,7 +33,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow vectors large large-mt bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch"
+    mixed mixed-mt medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch trade"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -224,6 +225,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     scratch:full)      echo "falseshare -m scratch -t $THREADS" ;;
     scratch:small)     echo "falseshare -m scratch -t $THREADS -n 4000" ;;
     scratch:quick)     echo "falseshare -m scratch -t $THREADS -n 500" ;;
+    trade:full)        echo "trade -t $THREADS" ;;
+    trade:small)       echo "trade -t $THREADS -n 800000" ;;
+    trade:quick)       echo "trade -t $THREADS -n 100000" ;;
     esac
 }
 
