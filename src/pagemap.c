@@ -10,6 +10,20 @@
 PM_SPARSE_BSS pm_leaf_t *_Atomic pm_pagemap_root[1 << PM_ROOT_BITS];
 static _Atomic uint64_t leaf_bytes;
 
+/* The first leaf made is the heap's first zone, which it fills downward
+ * from the zone's top (os_linux.c, first_hint): a leaf that free finds
+ * without reading the root, whose line depends on the block's address
+ * (bench/fastpath -m pairs -z 64: 7.2 -> 6.2 ns; test_pagemap_leaf_hint). */
+pm_leaf_hint_t pm_leaf_hint = {UINTPTR_MAX, NULL};
+
+static PM_COLD void hint_leaf(uintptr_t key, pm_leaf_t *leaf)
+{
+    if (atomic_load_explicit(&pm_leaf_hint.leaf, memory_order_relaxed)) return;
+    pm_leaf_t *none = NULL;
+    if (atomic_compare_exchange_strong(&pm_leaf_hint.leaf, &none, leaf))
+        atomic_store_explicit(&pm_leaf_hint.key, key, memory_order_release);
+}
+
 #define LEAF_MASK ((1u << PM_LEAF_BITS) - 1)
 
 int pm_pagemap_ensure(uintptr_t page, size_t n)
@@ -20,9 +34,10 @@ int pm_pagemap_ensure(uintptr_t page, size_t n)
         pm_leaf_t *leaf = pm_os_map(sizeof(pm_leaf_t), 0);
         if (!leaf) return -1;
         pm_leaf_t *expected = NULL;
-        if (atomic_compare_exchange_strong(&pm_pagemap_root[key], &expected, leaf))
+        if (atomic_compare_exchange_strong(&pm_pagemap_root[key], &expected, leaf)) {
             pm_relaxed_add(&leaf_bytes, sizeof(pm_leaf_t));
-        else
+            hint_leaf(key, leaf);
+        } else
             pm_os_unmap(leaf, sizeof(pm_leaf_t));
     }
     return 0;
@@ -39,6 +54,7 @@ int pm_pagemap_ensure_from(uintptr_t page, size_t n, pm_leaf_t **spares, size_t 
         pm_leaf_t *expected = NULL;
         if (atomic_compare_exchange_strong(&pm_pagemap_root[key], &expected, spares[i])) {
             pm_relaxed_add(&leaf_bytes, sizeof(pm_leaf_t));
+            hint_leaf(key, spares[i]);
             spares[i] = NULL;
         }
     }

@@ -19,6 +19,9 @@
 #define PM_MAX_SMALL ((size_t)256 * 1024)      /* largest size-class block */
 #define PM_CLASS_MAX 100                       /* room for the size-class table */
 #define PM_ADDR_BITS 48                        /* x86-64 / arm64 user space */
+/* The address space one page-map leaf covers (pagemap.c); the heap's
+ * first mapping ends on a multiple of it (os_linux.c, first_hint). */
+#define PM_ZONE_SHIFT 31
 
 /* Compile-time features are constants tested with if (), not #ifdef. */
 #ifdef PM_CONFIG_DEBUG

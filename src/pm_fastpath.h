@@ -56,7 +56,11 @@ PM_INLINE void pm_free_inline(void *p)
         return;
     }
     uintptr_t a = (uintptr_t)p;
-    pm_leaf_t *leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
+    pm_leaf_t *leaf;
+    if (PM_LIKELY(a >> PM_ZONE_SHIFT == atomic_load_explicit(&pm_leaf_hint.key, memory_order_acquire))) {
+        leaf = atomic_load_explicit(&pm_leaf_hint.leaf, memory_order_relaxed);
+    } else
+        leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {
         /* a small block on a page without samples, at an object's start */
         unsigned cls;

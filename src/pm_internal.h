@@ -96,7 +96,7 @@ PM_INLINE unsigned pm_sizeclass_of(size_t size) /* size <= PM_MAX_SMALL */
 }
 
 /* ---- pagemap.c: page number → span, and → size class ---------------- */
-#define PM_LEAF_BITS 18
+#define PM_LEAF_BITS (PM_ZONE_SHIFT - PM_PAGE_SHIFT)
 #define PM_ROOT_BITS (PM_ADDR_BITS - PM_PAGE_SHIFT - PM_LEAF_BITS)
 #define PM_SAMPLED_PAGE 0x80   /* info flag: a live sampled block is on this page */
 /* info[page]: low byte = size class (0: not a small-object page) with the
@@ -120,6 +120,15 @@ void pm_pagemap_mark_sampled(uintptr_t page, int on);
  * (central.c), keeping its sampled flag. */
 void pm_pagemap_add_class(uintptr_t page, size_t index, uint8_t cls);
 uint64_t pm_pagemap_bytes(void);
+
+/* The heap's first leaf and its root index (key, ~0 until set), written
+ * once: free's fast path takes the leaf from here when the index matches,
+ * with no load that waits on the block's address (pagemap.c). */
+typedef struct {
+    _Atomic uintptr_t key;
+    pm_leaf_t *_Atomic leaf;
+} pm_leaf_hint_t;
+extern pm_leaf_hint_t pm_leaf_hint;
 
 PM_INLINE pm_leaf_t *pm_pagemap_leaf(uintptr_t page)
 {

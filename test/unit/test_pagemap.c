@@ -8,6 +8,41 @@
 
 #define FAKE_KEY ((uintptr_t)0x1234)
 
+/* Whether a mapping of the process ends at address end. */
+static int mapping_ends_at(uintptr_t end)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && hi == end) found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* The heap's first mapping ends on a zone boundary, so the heap grows down
+ * through one leaf, and that leaf is free's hint (os_linux.c first_hint,
+ * pagemap.c pm_leaf_hint); leaves made later leave the hint alone. */
+static void test_pagemap_leaf_hint(void **state)
+{
+    (void)state;
+    void *p = pm_malloc(64);
+    assert_non_null(p);
+    uintptr_t key = (uintptr_t)p >> PM_ZONE_SHIFT;
+    assert_int_equal(atomic_load(&pm_leaf_hint.key), key);
+    assert_ptr_equal(atomic_load(&pm_leaf_hint.leaf), pm_pagemap_leaf((uintptr_t)p >> PM_PAGE_SHIFT));
+    if (!mapping_ends_at((key + 1) << PM_ZONE_SHIFT))
+        fail_msg("no mapping ends at the top of the heap's zone %#lx", (unsigned long)((key + 1) << PM_ZONE_SHIFT));
+    pm_free(p);
+    assert_ptr_equal(pm_malloc(64), p); /* freed through the hint into the thread's list */
+    pm_free(p);
+    assert_int_equal(pm_pagemap_ensure((FAKE_KEY + 2) << PM_LEAF_BITS, 1), 0);
+    assert_int_equal(atomic_load(&pm_leaf_hint.key), key);
+}
+
 static void test_pagemap_set_and_lookup(void **state)
 {
     (void)state;
@@ -103,6 +138,7 @@ int main(void)
 {
     core_test_init();
     const struct CMUnitTest pagemap[] = {
+        cmocka_unit_test(test_pagemap_leaf_hint), /* first: before the fake leaves */
         cmocka_unit_test(test_pagemap_set_and_lookup),
         cmocka_unit_test(test_pagemap_unknown_and_out_of_range),
     };
