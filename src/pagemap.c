@@ -18,9 +18,9 @@ pm_leaf_hint_t pm_leaf_hint = {UINTPTR_MAX, NULL};
 
 static PM_COLD void hint_leaf(uintptr_t key, pm_leaf_t *leaf)
 {
-    if (atomic_load_explicit(&pm_leaf_hint.leaf, memory_order_relaxed)) return;
+    if (__atomic_load_n(&pm_leaf_hint.leaf, __ATOMIC_RELAXED)) return;
     pm_leaf_t *none = NULL;
-    if (atomic_compare_exchange_strong(&pm_leaf_hint.leaf, &none, leaf))
+    if (__atomic_compare_exchange_n(&pm_leaf_hint.leaf, &none, leaf, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         atomic_store_explicit(&pm_leaf_hint.key, key, memory_order_release);
 }
 

@@ -58,7 +58,8 @@ PM_INLINE void pm_free_inline(void *p)
     uintptr_t a = (uintptr_t)p;
     pm_leaf_t *leaf;
     if (PM_LIKELY(a >> PM_ZONE_SHIFT == atomic_load_explicit(&pm_leaf_hint.key, memory_order_acquire))) {
-        leaf = atomic_load_explicit(&pm_leaf_hint.leaf, memory_order_relaxed);
+        leaf = pm_leaf_hint.leaf;
+        if (!leaf) __builtin_unreachable(); /* set before the key */
     } else
         leaf = pm_pagemap_leaf(a >> PM_PAGE_SHIFT);
     if (PM_LIKELY(leaf != NULL)) {

@@ -126,7 +126,7 @@ uint64_t pm_pagemap_bytes(void);
  * with no load that waits on the block's address (pagemap.c). */
 typedef struct {
     _Atomic uintptr_t key;
-    pm_leaf_t *_Atomic leaf;
+    pm_leaf_t *leaf; /* set (__atomic) before key, read after key matched */
 } pm_leaf_hint_t;
 extern pm_leaf_hint_t pm_leaf_hint;
 

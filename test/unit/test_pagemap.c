@@ -33,7 +33,7 @@ static void test_pagemap_leaf_hint(void **state)
     assert_non_null(p);
     uintptr_t key = (uintptr_t)p >> PM_ZONE_SHIFT;
     assert_int_equal(atomic_load(&pm_leaf_hint.key), key);
-    assert_ptr_equal(atomic_load(&pm_leaf_hint.leaf), pm_pagemap_leaf((uintptr_t)p >> PM_PAGE_SHIFT));
+    assert_ptr_equal(pm_leaf_hint.leaf, pm_pagemap_leaf((uintptr_t)p >> PM_PAGE_SHIFT));
     if (!mapping_ends_at((key + 1) << PM_ZONE_SHIFT))
         fail_msg("no mapping ends at the top of the heap's zone %#lx", (unsigned long)((key + 1) << PM_ZONE_SHIFT));
     pm_free(p);
