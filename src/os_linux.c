@@ -142,7 +142,7 @@ static void hint_freed(uintptr_t end)
  * straddling two at random (one heap in ten at 200 MB): free's fast path
  * finds that leaf without the root (pagemap.c, pm_leaf_hint).  The probe
  * costs a mmap and a munmap once; if the range is taken, the kernel's
- * place serves as before (test_os_first_map_ends_on_zone). */
+ * place serves as before (test_pagemap: test_pagemap_leaf_hint). */
 static PM_COLD void first_hint(size_t size)
 {
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -46,10 +46,10 @@ PM_TLS pm_tcache_t pm_tls;
  * lists and fetching them back (a refill of a class whose last trip was
  * an overflow: a round trip): PINGPONG_RAISE of them between two idle
  * checks double its ceiling, up to 4 MiB, and a window with fewer puts
- * it back.  Two threads trading batches of 8 B-16 KiB blocks made a
- * central trip every 9 operations at 1 MiB (tcmalloc's 4 MiB cache: 2x
- * pm's pace); pythreads makes ~500 round trips a run, mixed 25 000
- * (test_tcache_round_trips_raise_small_ceiling). */
+ * it back.  Two threads trading batches of 16 B-16 KiB blocks (bench/
+ * trade) made a central trip every 9 operations at 1 MiB, at 0.7x the
+ * pace of tcmalloc's 4 MiB cache; pythreads makes ~500 round trips a
+ * run, mixed 25 000 (test_tcache_round_trips_raise_small_ceiling). */
 #define PINGPONG_RAISE 1024
 #define SMALL_SHIFT_MAX 2
 #define OVERFLOWED 2 /* active[cls]: the class's last trip was an overflow */
@@ -324,14 +324,16 @@ static inline int small_class(unsigned cls) { return (small_map[cls >> 6] >> (cl
 /* What the classes up to SMALL_CLASS_MAX may hold in t's lists. */
 static inline size_t small_ceiling(const pm_tcache_t *t) { return MAX_SMALL_BUDGET << t->small_shift; }
 
-/* Refused by the small classes' ceiling: a thread whose lists made
- * PINGPONG_RAISE round trips since its last idle check doubles it. */
-static int raise_small_ceiling(pm_tcache_t *t)
+/* Whether `bytes` more fit under the small classes' ceiling, doubled
+ * first for a thread whose lists made PINGPONG_RAISE round trips since
+ * its last idle check. */
+static int small_room(pm_tcache_t *t, size_t bytes)
 {
+    if (t->small_capacity + bytes <= small_ceiling(t)) return 1;
     if (t->pingpongs < PINGPONG_RAISE || t->small_shift >= SMALL_SHIFT_MAX) return 0;
     t->small_shift++;
     t->pingpongs = 0;
-    return 1;
+    return t->small_capacity + bytes <= small_ceiling(t);
 }
 
 /* Sets list cls's limit to n, keeping the capacities and the map of
@@ -492,7 +494,7 @@ static PM_NOINLINE void grow_list_slow(pm_tcache_t *t, unsigned cls, uint32_t by
     if (l->max_len + by > MAX_LIST_LEN) by = MAX_LIST_LEN - l->max_len;
     size_t bytes = (size_t)by * pm_class_size[cls];
     if (!by) return;
-    if (small_class(cls) && t->small_capacity + bytes > small_ceiling(t) && !raise_small_ceiling(t)) {
+    if (small_class(cls) && !small_room(t, bytes)) {
         /* the small classes' own ceiling: only their idle lists make room */
         if (t->scavenge_skip) {
             t->scavenge_skip--;
