@@ -109,8 +109,7 @@ static void *alloc_reserve(size_t size, size_t bytes, size_t align_pages, int ze
         p = pm_large_alloc(size, bytes, align_pages, zero);
     }
     if (sampled && p) {
-        pm_sites_add(t, p, size, sampled, entry, cls);
-        pm_hunt_tick(); /* peak copy, dump triggers, timeline */
+        pm_sites_add(t, p, size, sampled, entry, cls); /* and the peak copy, dump triggers, timeline */
     } else if (PM_UNLIKELY(pm_hunt_clocked)) {
         pm_hunt_slow_path(t);
     }

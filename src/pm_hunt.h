@@ -35,9 +35,12 @@ int pm_dump_fd_view(int fd, int format, const pm_prof_view_t *view);
 int pm_dump_expand(const char *pattern, char *out, size_t cap);
 
 /* ---- prof_peak.c: the peak and the mark -------------------------------- */
-/* After each sampled allocation (alloc.c), with no lock held: the peak
+/* A tick with no sample (pm_hunt_slow_path), with no lock held: the peak
  * copy, the triggers, the timeline. */
 void pm_hunt_tick(void);
+/* The same after a sampled allocation (pm_sites_add), with the totals it
+ * left: alloc and free bytes, fixed point; in_profiler held, no lock. */
+void pm_hunt_sampled(uint64_t alloc_fx, uint64_t free_fx);
 /* Nonzero while a timeline or a time-based trigger wants ticks that do not
  * wait for a sample; then alloc.c calls pm_hunt_slow_path at its slow
  * paths (refill, overflow, large blocks), outside every lock. */

@@ -1,7 +1,7 @@
 /* prof_peak.c — running totals of the sampled allocations, the copy of the
  * site table at the peak of live bytes, the copy at profmalloc_mark(), and
  * the dispatch of everything that runs after a sampled allocation
- * (pm_hunt_tick, called by alloc.c: triggers, timeline, gperftools).
+ * (pm_hunt_sampled, called by each sample: triggers, timeline, gperftools).
  * Must never: map memory, unwind or write while holding a lock; copies are
  * taken into memory mapped beforehand and swapped in under peak.lock or
  * mark.lock, which guard only a pointer swap or a memcpy (no other lock is
@@ -167,6 +167,21 @@ void pm_hunt_init(void)
     pm_gperf_init();
 }
 
+/* The work of a tick, given the sampled totals (fixed point); the caller
+ * holds in_profiler and no lock. */
+void pm_hunt_sampled(uint64_t alloc_fx, uint64_t free_fx)
+{
+    uint64_t live_fx = alloc_fx > free_fx ? alloc_fx - free_fx : 0, live = live_fx >> PM_FX_SHIFT;
+    uint64_t m = pm_relaxed_load(&max_estimate);
+    while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
+    peak_check(live_fx);
+    if (hunting_timeline) pm_timeline_tick(live);
+    /* at rate 0 (ticks from slow paths only) a dump would be empty */
+    int sampling = pm_sampler_rate() != 0;
+    if (hunting_triggers && sampling) pm_triggers_tick(alloc_fx >> PM_FX_SHIFT, live);
+    if (hunting_gperf && sampling) pm_gperf_tick(alloc_fx >> PM_FX_SHIFT, live);
+}
+
 void pm_hunt_tick(void)
 {
     /* what it calls allocates nothing; the flag keeps a signal handler's
@@ -177,16 +192,7 @@ void pm_hunt_tick(void)
     int saved_errno = errno;
     pm_hunt_totals_t tot;
     pm_sites_totals(&tot);
-    uint64_t a = tot.alloc_bytes, f = tot.free_bytes;
-    uint64_t live_fx = a > f ? a - f : 0, live = live_fx >> PM_FX_SHIFT;
-    uint64_t m = pm_relaxed_load(&max_estimate);
-    while (live > m && !atomic_compare_exchange_weak(&max_estimate, &m, live)) {}
-    peak_check(live_fx);
-    if (hunting_timeline) pm_timeline_tick(live);
-    /* at rate 0 (ticks from slow paths only) a dump would be empty */
-    int sampling = pm_sampler_rate() != 0;
-    if (hunting_triggers && sampling) pm_triggers_tick(a >> PM_FX_SHIFT, live);
-    if (hunting_gperf && sampling) pm_gperf_tick(a >> PM_FX_SHIFT, live);
+    pm_hunt_sampled(tot.alloc_bytes, tot.free_bytes);
     errno = saved_errno;
     t->in_profiler = 0;
 }

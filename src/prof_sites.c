@@ -723,11 +723,12 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
     int alone = pm_sites_by_address(cls);
     pm_span_t *s = alone ? NULL : pm_pagemap_span(page);
     shard_t *sh = alone ? shard_at(p) : shard_of(s);
+    uint64_t alloc_fx = 0;
     if (b && lock_shard(sh) == 0) {
         pm_relaxed_add(&b->alloc_objects, weight);
         pm_relaxed_add(&b->alloc_bytes, weight * size);
         pm_relaxed_add(&totals[0], weight);
-        pm_relaxed_add(&totals[1], weight * size);
+        alloc_fx = pm_relaxed_add(&totals[1], weight * size) + weight * size;
         PM_USDT3(sample, p, size, depth);
         record_t *r = record_take_locked(sh);
         *r = (record_t){.node.hash = pm_mix64((uintptr_t)p), .key = (uintptr_t)p, .bucket = b, .weight = weight,
@@ -758,6 +759,9 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
         }
         pm_unlock(&sh->lock);
     }
+    /* the peak copy, dump triggers and timeline, with the totals this
+     * sample left (no lock held) */
+    pm_hunt_sampled(alloc_fx ? alloc_fx : pm_relaxed_load(&totals[1]), pm_relaxed_load(&totals[3]));
     errno = saved_errno;
     t->in_profiler = 0;
 }
