@@ -162,10 +162,13 @@ static pm_span_t *owner_for(const void *p, const char *what)
 static pm_span_t *owner(const void *p) { return owner_for(p, "free(): invalid pointer"); }
 
 /* The class of the small block at p by pm_small_object_at, or 0 (also
- * off the page map).  With sampled, also a sampled block of a class of a
- * page or more, the one object starting on its flagged page (*sampled
- * set; test_prof_sites.c: test_page_classes_hashed). */
-static unsigned small_class_at(const void *p, int *sampled)
+ * off the page map).  With sampled, also a block that starts an object on
+ * a flagged page: *sampled 1 for a class of a page or more, the one
+ * object starting there (test_prof_sites.c: test_page_classes_hashed), 2
+ * for a smaller class, whose span is then *span (the same test the fast
+ * path trusts on an unflagged page; test_prof_sites.c:
+ * test_sampled_page_flags). */
+static unsigned small_class_at(const void *p, int *sampled, pm_span_t **span)
 {
     uintptr_t a = (uintptr_t)p, page = a >> PM_PAGE_SHIFT;
     pm_leaf_t *leaf = page >> (PM_ADDR_BITS - PM_PAGE_SHIFT) ? NULL : pm_pagemap_leaf(page);
@@ -173,8 +176,13 @@ static unsigned small_class_at(const void *p, int *sampled)
     unsigned info = pm_page_info(leaf, a), cls = info & 0xff;
     if (pm_object_start(info, a, cls)) return cls;
     cls &= ~(unsigned)PM_SAMPLED_PAGE;
-    if (!sampled || cls == (info & 0xff) || !pm_sites_by_address(cls) || !pm_object_start(info, a, cls)) return 0;
-    *sampled = 1;
+    if (!sampled || cls == (info & 0xff) || !pm_object_start(info, a, cls)) return 0;
+    if (pm_sites_by_address(cls)) {
+        *sampled = 1;
+    } else {
+        *sampled = 2;
+        *span = __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+    }
     return cls;
 }
 
@@ -186,12 +194,14 @@ void pm_free_slow(void *p)
      * span's line is left alone (the debug build checks the span:
      * test_debug; test_prof_sites.c: test_page_classes_hashed) */
     int sampled = 0;
-    unsigned cls = pm_config_debug ? 0 : small_class_at(p, &sampled);
+    pm_span_t *s = NULL;
+    unsigned cls = pm_config_debug ? 0 : small_class_at(p, &sampled, &s);
     if (sampled) {
         if (PM_UNLIKELY(pm_key_is_set(p))) pm_guard_double_free("free()", p);
-        pm_sites_remove_by_address(p);
+        if (sampled == 1) pm_sites_remove_by_address(p);
+        else pm_sites_remove(s, p);
     } else if (!cls) {
-        pm_span_t *s = owner(p);
+        s = owner(p);
         cls = s->cls;
         if (PM_UNLIKELY(cls && pm_key_is_set(p))) pm_guard_double_free("free()", p);
         if (PM_UNLIKELY(pm_sites_maybe_sampled(s, p))) pm_sites_remove(s, p);
@@ -288,7 +298,7 @@ void *pm_realloc(void *p, size_t size)
      * and one that moves meets the owner check once its new block is
      * made, the span's miss overlapping that work (4 096 blocks resized
      * at random to 1-2 000 bytes: 0.18 -> 0.16 s, tcmalloc 0.13). */
-    unsigned cls = small_class_at(p, NULL);
+    unsigned cls = small_class_at(p, NULL, NULL);
     if (cls && !pm_key_is_set(p)) {
         size_t old = pm_class_size[cls];
         if (size <= old && size >= old / 2) return p;
