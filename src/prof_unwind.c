@@ -379,6 +379,7 @@ typedef struct {
     pm_unwind_memo_way_t *w;
     int ok;
     int bp_first; /* %rbp still holds the first frame's value */
+    uintptr_t bp_at; /* else the stack word it came from, until a CFA uses it (0: noted, or none) */
 } memo_rec_t;
 
 PM_INLINE void memo_note(memo_rec_t *m, uintptr_t addr, uintptr_t val)
@@ -409,7 +410,14 @@ PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c,
     int result = (int)((d >> 1) & 3);
     if (result != PM_STEP_OK) return result;
     uintptr_t cfa = ((d >> 3) & 1 ? fr->bp : fr->sp) + (uintptr_t)((d >> 24) & UINT32_MAX);
-    if (m && ((d >> 3) & 1) && m->bp_first) m->w->bp_used = 1;
+    if (m && ((d >> 3) & 1)) {
+        /* a saved %rbp counts once a CFA is computed from it: code
+         * without frame pointers saves data there, which changes from
+         * call to call and would make every replay fail */
+        if (m->bp_first) m->w->bp_used = 1;
+        else if (m->bp_at) memo_note(m, m->bp_at, fr->bp);
+        m->bp_at = 0;
+    }
     if (cfa <= fr->sp || (cfa & 7) || cfa > hi) return PM_STEP_FAIL;
     /* the slots are aligned as the CFA is, and hi - lo >= 16 */
     uintptr_t at = cfa - 8 * (uintptr_t)((d >> 8) & 0xff), bp = 0;
@@ -421,14 +429,14 @@ PM_INLINE int step_dwarf(frame_t *fr, uintptr_t lo, uintptr_t hi, cache_ref_t c,
         at = cfa - 8 * (uintptr_t)((d >> 16) & 0xff);
         if (at - lo <= hi - 8 - lo) {
             bp = load_slot(at);
-            if (m) memo_note(m, at, bp);
+            if (m) m->bp_at = at;
         } else if (m) {
             m->ok = 0; /* depends on lo */
         }
         if (m) m->bp_first = 0;
         break;
     case 2: /* undefined */
-        if (m) m->bp_first = 0;
+        if (m) m->bp_first = 0, m->bp_at = 0;
         break;
     default: bp = fr->bp; break; /* same value */
     }
@@ -472,7 +480,7 @@ static int memo_replay(pm_unwind_memo_t *memo, const frame_t *fr, uintptr_t lo, 
 static int walk_dwarf(frame_t fr, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int skip,
                       pm_unwind_memo_t *memo)
 {
-    memo_rec_t rec = {NULL, 0, 0}, *m = NULL;
+    memo_rec_t rec = {NULL, 0, 0, 0}, *m = NULL;
     if (memo && !skip) {
         int n = memo_replay(memo, &fr, lo, hi, pcs, max);
         if (n >= 0) return n;

@@ -327,6 +327,76 @@ static void test_memo_replays(void **state)
     expect_child_passes(memo_child, NULL);
 }
 
+/* Two frames that keep data in %rbp, as code without frame pointers
+ * does: st_data_rbp(fn, data, pcs, memo) loads data into %rbp and calls
+ * st_data_rbp_inner, which saves it on its stack (an sp-based CFA) and
+ * calls fn(pcs, memo). */
+__asm__(".pushsection st_asm_data_rbp,\"ax\",@progbits\n"
+        ".globl st_data_rbp\n.hidden st_data_rbp\n.type st_data_rbp,@function\n"
+        "st_data_rbp:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        ".cfi_offset rbp, -16\n"
+        "movq %rsi, %rbp\n"
+        "movq %rdx, %rsi\n"
+        "movq %rcx, %rdx\n"
+        "call st_data_rbp_inner\n"
+        "popq %rbp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size st_data_rbp, .-st_data_rbp\n"
+        ".type st_data_rbp_inner,@function\n"
+        "st_data_rbp_inner:\n"
+        ".cfi_startproc\n"
+        "pushq %rbp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        ".cfi_offset rbp, -16\n"
+        "movq %rdi, %rax\n"
+        "movq %rsi, %rdi\n"
+        "movq %rdx, %rsi\n"
+        "call *%rax\n"
+        "popq %rbp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size st_data_rbp_inner, .-st_data_rbp_inner\n"
+        ".popsection\n");
+int st_data_rbp(int (*fn)(uintptr_t *, pm_unwind_memo_t *), uintptr_t data, uintptr_t *pcs, pm_unwind_memo_t *memo);
+RANGE(st_asm_data_rbp)
+
+static void data_rbp_child(void *arg)
+{
+    (void)arg;
+    pm_objects_pin_loaded();
+    static pm_unwind_memo_t memo;
+    static uintptr_t out[3][MAXF];
+    int n[3];
+    uint64_t rep[3];
+    for (int i = 0; i < 3; i++) {
+        uint64_t before = pm_unwind_memo_replays();
+        n[i] = st_data_rbp(memo_entry, 0x1000 * (uintptr_t)(i + 1), out[i], &memo);
+        rep[i] = pm_unwind_memo_replays() - before;
+    }
+    if (n[0] < 3 || !in_st_asm_data_rbp(out[0][0]) || !in_st_asm_data_rbp(out[0][1])) _exit(10);
+    /* the saved data differs from call to call, and no CFA is computed
+     * from it: the walk is replayed all the same */
+    if (rep[0] != 0 || rep[1] != 1 || rep[2] != 1) _exit(20);
+    for (int i = 1; i < 3; i++)
+        if (n[i] != n[0] || memcmp(out[i], out[0], (size_t)n[0] * sizeof out[0][0]) != 0) _exit(30 + i);
+    _exit(0);
+}
+
+/* The memo notes a saved %rbp only once a CFA is computed from it
+ * (prof_unwind.c: step_dwarf). */
+static void test_memo_ignores_data_rbp(void **state)
+{
+    (void)state;
+    pm_unwind_set_mode(PM_UNWIND_DWARF);
+    expect_child_passes(data_rbp_child, NULL);
+}
+
 static void test_deep_recursion(void **state)
 {
     (void)state;
@@ -1237,6 +1307,7 @@ int main(void)
         cmocka_unit_test(test_skip_and_max),
         cmocka_unit_test(test_capture_from_entry_frame),
         cmocka_unit_test(test_memo_replays),
+        cmocka_unit_test(test_memo_ignores_data_rbp),
         cmocka_unit_test(test_deep_recursion),
         cmocka_unit_test(test_matches_backtrace),
         cmocka_unit_test(test_through_libc),
