@@ -93,7 +93,7 @@ int pm_pprof_names(const uintptr_t *pcs, size_t n, pm_pprof_name_fn cb, void *ar
 
 /* ---- prof_timeline.c -------------------------------------------------- */
 void pm_timeline_init(void);
-void pm_timeline_tick(uint64_t live_bytes); /* pm_hunt_tick's estimate */
+void pm_timeline_tick(uint64_t live_bytes); /* the hunt tick's estimate */
 void pm_timeline_at_exit(void);
 void pm_timeline_child(void);
 /* Copies the timeline file's current part, complete records only, to fd:

@@ -12,7 +12,8 @@
  * slabs.lock (the chunks records are carved from), never two at once;
  * frees never take prof.lock.  Must never: unwind, map memory or write a
  * file under a lock, call malloc, or reach up to stats, init or the dump
- * API. */
+ * API, but through the leak hunt each sample is handed to with no lock
+ * held (pm_hunt_sampled: its copies, triggers and timeline). */
 #include "pm_internal.h"
 #include "pm_hunt.h"
 #include "pm_prof_types.h"

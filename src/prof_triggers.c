@@ -2,7 +2,7 @@
  * the high-water mark of live bytes rises by N, every T seconds, on a
  * signal (PROFMALLOC_DUMP_*; gperftools' HEAPPROFILE set uses the same
  * engine, prof_gperftools.c).  Checked after each sampled allocation
- * (pm_hunt_tick), never on the fast path; the signal handler only sets a
+ * (pm_hunt_sampled), never on the fast path; the signal handler only sets a
  * flag, which the next sampled allocation acts on.
  * Must never: dump under a lock.  One dump at a time per set (an atomic
  * flag, not a lock: a thread that finds it taken goes on, and the
