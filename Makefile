@@ -74,7 +74,8 @@ all: $(PM_SO) $(PM_A)
 # profile writer, malloc_stats and malloc_info, the number formatting), at
 # start-up (options, init, needed, meta, the system calls' wrappers) and the
 # unwinder and the peak's bookkeeping (prof_peak.c), which run for samples
-# only; prof_sites.c, on every sampled free, stays at -O2.  The measurements are in the commits that chose each file.
+# only; prof_sites.c, on every sampled free, stays at -O2.  The measurements
+# are in the commits that chose each file.
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
