@@ -384,6 +384,9 @@ PM_INLINE int pm_sites_maybe_sampled(const pm_span_t *s, const void *p)
     return (__atomic_load_n(&pm_pagemap_leaf(page)->info[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) &
             PM_SAMPLED_PAGE) != 0;
 }
+/* Frees of a small block that took a shard's lock and found no record
+ * (tests: prof_sites.c's hashed counts). */
+uint64_t pm_sites_locked_misses(void);
 void pm_sites_init(void);
 uint64_t pm_sites_live_samples(void);
 uint64_t pm_sites_mapped_bytes(void); /* records and large tables (metadata) */

@@ -53,10 +53,13 @@ typedef struct pm_span {
     void *sample;             /* large: its sample record, or NULL */
     /* small, under the profiler's lock: live sampled blocks in this span,
      * the first two of them (so frees of the span's other blocks can tell
-     * they are not sampled without that lock), and whether more than two
-     * were ever live at once since nsampled was last 0 */
+     * they are not sampled without that lock), whether more than two were
+     * ever live at once since nsampled was last 0, and the others' count
+     * by their index in the span modulo 32, four bits each (prof_sites.c:
+     * hashed_count) */
     uint32_t nsampled;
     uint32_t sampled_overflow;
+    uint8_t hashed[16];
     void *sampled[2];
     void *sampled_rec[2];     /* their records, which no hash table holds */
     uint64_t free_ns;         /* FREE: when it became free (monotonic) */

@@ -677,6 +677,39 @@ static int in_allocator(uintptr_t pc)
 
 /* ---- sampling --------------------------------------------------------- */
 
+/* A span of a class under a page counts its live samples past sampled[]
+ * (those in the shard's hash table) by the block's index in the span
+ * modulo 32: its address over the class size's power of two is the index
+ * times an odd number, so the count is exact in a span of up to 32
+ * blocks.  A free of a block whose count is 0 and that is not in
+ * sampled[] is no sample, told without the lock.  A boolean "more than
+ * two" sent every free of such a span's flagged pages to the shard's lock
+ * and hash table for as long as one of them lived
+ * (test_prof_sites.c: test_hashed_counts).  Written under the span's
+ * shard lock; a count at 15 stays until the span's samples are gone. */
+static inline unsigned hashed_index(const pm_span_t *s, const void *p)
+{
+    return ((uintptr_t)p >> __builtin_ctz(pm_class_size[s->cls])) & 31;
+}
+
+static inline unsigned hashed_count(const pm_span_t *s, unsigned i)
+{
+    return ((unsigned)__atomic_load_n(&s->hashed[i >> 1], __ATOMIC_RELAXED) >> (4 * (i & 1))) & 15;
+}
+
+static void hashed_add(pm_span_t *s, const void *p, int d)
+{
+    unsigned i = hashed_index(s, p), c = hashed_count(s, i);
+    if (c == 15) return;
+    c = (unsigned)((int)c + d);
+    unsigned shift = 4 * (i & 1), byte = s->hashed[i >> 1];
+    __atomic_store_n(&s->hashed[i >> 1], (uint8_t)((byte & ~(15u << shift)) | (c << shift)), __ATOMIC_RELAXED);
+}
+
+static _Atomic uint64_t locked_misses;
+
+uint64_t pm_sites_locked_misses(void) { return pm_relaxed_load(&locked_misses); }
+
 /* Every sampled allocation and free with its weight, fixed point: alloc
  * objects, alloc bytes, free objects, free bytes; and the lowest live
  * bytes since pm_sites_live_low last asked (the timeline's minimum). */
@@ -751,6 +784,7 @@ void pm_sites_add(pm_tcache_t *t, void *p, size_t size, uint64_t weight, uintptr
                 s->sampled_rec[i] = r;
             } else {
                 s->sampled_overflow = 1;
+                hashed_add(s, p, 1);
                 table_link(&sh->records, &r->node);
             }
             s->nsampled++;
@@ -803,13 +837,13 @@ static void shrink_records(shard_t *sh)
 static void remove_record(pm_span_t *s, int alone, void *p)
 {
     /* Most frees on a flagged page of a class under a page are of other
-     * blocks: tell them apart without a lock.  The span's fields for p were
-     * written before p was handed out, so they are visible here; a race
-     * with a sample of another block only concerns that block. */
+     * blocks: tell them apart without a lock (sampled[], hashed_count).
+     * The span's fields for p were written before p was handed out, so
+     * they are visible here; a race with a sample of another block only
+     * concerns that block, whose count it can only raise. */
     if (!alone && s->cls) {
         void *volatile *sampled = (void *volatile *)s->sampled;
-        if (!((volatile pm_span_t *)s)->sampled_overflow && p != sampled[0] && p != sampled[1])
-            return;
+        if (!hashed_count(s, hashed_index(s, p)) && p != sampled[0] && p != sampled[1]) return;
     }
     shard_t *sh = alone ? shard_at(p) : shard_of(s);
     slab_t *empty = NULL;
@@ -835,6 +869,7 @@ static void remove_record(pm_span_t *s, int alone, void *p)
         if (alone) {
             pm_pagemap_mark_sampled((uintptr_t)p >> PM_PAGE_SHIFT, 0);
         } else if (s->cls) {
+            if (link) hashed_add(s, p, -1);
             if (s->sampled[0] == p) s->sampled[0] = NULL;
             if (s->sampled[1] == p) s->sampled[1] = NULL;
             /* unflag: the bits only, so pages the carve has not reached
@@ -846,11 +881,15 @@ static void remove_record(pm_span_t *s, int alone, void *p)
             uintptr_t other = (uintptr_t)s->sampled[0] | (uintptr_t)s->sampled[1];
             if (--s->nsampled == 0 && s->sampled_overflow) {
                 s->sampled_overflow = 0;
+                for (size_t i = 0; i < sizeof s->hashed; i++)
+                    __atomic_store_n(&s->hashed[i], 0, __ATOMIC_RELAXED);
                 for (size_t i = 0; i < s->npages; i++) pm_pagemap_mark_sampled(s->page + i, 0);
             } else if (!s->sampled_overflow && (other >> PM_PAGE_SHIFT) != ((uintptr_t)p >> PM_PAGE_SHIFT)) {
                 pm_pagemap_mark_sampled((uintptr_t)p >> PM_PAGE_SHIFT, 0);
             }
         }
+    } else if (!alone && s->cls) {
+        pm_relaxed_store(&locked_misses, pm_relaxed_load(&locked_misses) + 1);
     }
     if (!alone && s->cls == 0) s->sample = NULL;
     int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;

@@ -113,6 +113,46 @@ static void test_unsampled_neighbour_free(void **state)
     assert_int_equal(pm_sites_live_samples(), 0);
 }
 
+/* A span with more than two live samples: the frees of its other blocks
+ * take no lock, as the samples past the first two are counted by their
+ * index in the span (exact in a span of 32 blocks), and a count goes back
+ * down when its sample is freed. */
+static void test_hashed_counts(void **state)
+{
+    (void)state;
+    enum { S = 4, N = 24 };
+    void *p[S], *a[N];
+    size_t size = 256;
+    unsigned cls = pm_sizeclass_of(size);
+    assert_true((size_t)pm_class_pages[cls] * PAGE / pm_class_size[cls] <= 32);
+    sampled_blocks(size, p, S);
+    pm_span_t *s = span_of(p[0]);
+    assert_int_equal(s->nsampled, S);
+    int on_flagged = 0;
+    for (int i = 0; i < N; i++) assert_non_null(a[i] = pm_malloc(size));
+    uint64_t before = pm_sites_locked_misses();
+    for (int i = 0; i < N; i++) {
+        on_flagged += span_of(a[i]) == s && flagged(a[i]);
+        pm_free(a[i]);
+    }
+    assert_true(on_flagged >= 4);
+    assert_int_equal(pm_sites_locked_misses() - before, 0);
+    /* p[2] and p[3] went to the hash table: once p[3] is freed, the block
+     * made again at its address (the list's head) is no sample, and its
+     * free takes no lock either */
+    pm_free(p[3]);
+    assert_int_equal(pm_sites_live_samples(), S - 1);
+    void *again = pm_malloc(size);
+    assert_ptr_equal(again, p[3]);
+    before = pm_sites_locked_misses();
+    pm_free(again);
+    assert_int_equal(pm_sites_locked_misses() - before, 0);
+    assert_int_equal(pm_sites_live_samples(), S - 1);
+    for (int i = 0; i < S - 1; i++) pm_free(p[i]);
+    assert_int_equal(pm_sites_live_samples(), 0);
+    for (int i = 0; i < 32; i += 2) assert_int_equal(s->hashed[i / 2], 0);
+}
+
 /* Records come from chunks of 1 MiB mapped at once (not from a mapping
  * per 16 KiB slab, which left holes between the page heap's growths), and
  * freed records' slabs serve the next samples. */
@@ -486,6 +526,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sampled_page_flags),
         cmocka_unit_test(test_unsampled_neighbour_free),
+        cmocka_unit_test(test_hashed_counts),
         cmocka_unit_test(test_records_from_chunks),
         cmocka_unit_test(test_first_records_inline),
         cmocka_unit_test(test_large_sample_off_table),
