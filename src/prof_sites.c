@@ -836,15 +836,6 @@ static void shrink_records(shard_t *sh)
  * class is one of a page or more). */
 static void remove_record(pm_span_t *s, int alone, void *p)
 {
-    /* Most frees on a flagged page of a class under a page are of other
-     * blocks: tell them apart without a lock (sampled[], hashed_count).
-     * The span's fields for p were written before p was handed out, so
-     * they are visible here; a race with a sample of another block only
-     * concerns that block, whose count it can only raise. */
-    if (!alone && s->cls) {
-        void *volatile *sampled = (void *volatile *)s->sampled;
-        if (!hashed_count(s, hashed_index(s, p)) && p != sampled[0] && p != sampled[1]) return;
-    }
     shard_t *sh = alone ? shard_at(p) : shard_of(s);
     slab_t *empty = NULL;
     pm_lock(&sh->lock);
@@ -898,7 +889,21 @@ static void remove_record(pm_span_t *s, int alone, void *p)
     if (shrink) shrink_records(sh);
 }
 
-void pm_sites_remove(pm_span_t *s, void *p) { remove_record(s, pm_sites_by_address(s->cls), p); }
+void pm_sites_remove(pm_span_t *s, void *p)
+{
+    int alone = pm_sites_by_address(s->cls);
+    /* Most frees on a flagged page of a class under a page are of other
+     * blocks: tell them apart without a lock (sampled[], hashed_count),
+     * before remove_record's frame is set up.  The span's fields for p
+     * were written before p was handed out, so they are visible here; a
+     * race with a sample of another block only concerns that block, whose
+     * count it can only raise. */
+    if (!alone && s->cls) {
+        void *volatile *sampled = (void *volatile *)s->sampled;
+        if (!hashed_count(s, hashed_index(s, p)) && p != sampled[0] && p != sampled[1]) return;
+    }
+    remove_record(s, alone, p);
+}
 
 void pm_sites_remove_by_address(void *p) { remove_record(NULL, 1, p); }
 
