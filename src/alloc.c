@@ -181,7 +181,7 @@ static unsigned small_class_at(const void *p, int *sampled, pm_span_t **span)
         *sampled = 1;
     } else {
         *sampled = 2;
-        *span = __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+        *span = pm_leaf_span(leaf, page);
     }
     return cls;
 }

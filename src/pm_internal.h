@@ -136,14 +136,18 @@ PM_INLINE pm_leaf_t *pm_pagemap_leaf(uintptr_t page)
         &pm_pagemap_root[(page >> PM_LEAF_BITS) & ((1u << PM_ROOT_BITS) - 1)],
         memory_order_acquire);
 }
+/* page's span in its leaf; relaxed: new_span maps a span's pages without
+ * the page heap's lock (the page heap reads only a neighbour's first and
+ * last, which it set to the same span before handing it out) */
+PM_INLINE pm_span_t *pm_leaf_span(pm_leaf_t *leaf, uintptr_t page)
+{
+    return __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED);
+}
 PM_INLINE pm_span_t *pm_pagemap_span(uintptr_t page)
 {
     if (page >> (PM_ADDR_BITS - PM_PAGE_SHIFT)) return NULL;
     pm_leaf_t *leaf = pm_pagemap_leaf(page);
-    /* relaxed: new_span maps a span's pages without the page heap's lock
-     * (the page heap reads only a neighbour's first and last, which it set
-     * to the same span before handing it out) */
-    return leaf ? __atomic_load_n(&leaf->span[page & ((1u << PM_LEAF_BITS) - 1)], __ATOMIC_RELAXED) : NULL;
+    return leaf ? pm_leaf_span(leaf, page) : NULL;
 }
 /* a's page's info word (leaf: a's, not NULL); relaxed: a carve or the
  * profiler may be setting bits in it. */

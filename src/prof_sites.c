@@ -892,12 +892,10 @@ static void remove_record(pm_span_t *s, int alone, void *p)
 void pm_sites_remove(pm_span_t *s, void *p)
 {
     int alone = pm_sites_by_address(s->cls);
-    /* Most frees on a flagged page of a class under a page are of other
-     * blocks: tell them apart without a lock (sampled[], hashed_count),
-     * before remove_record's frame is set up.  The span's fields for p
-     * were written before p was handed out, so they are visible here; a
-     * race with a sample of another block only concerns that block, whose
-     * count it can only raise. */
+    /* most frees on a flagged page are of other blocks: told apart here
+     * (see hashed_index), before remove_record's frame is set up; p's own
+     * fields were written before p was handed out, and a race with another
+     * block's sample can only raise a count */
     if (!alone && s->cls) {
         void *volatile *sampled = (void *volatile *)s->sampled;
         if (!hashed_count(s, hashed_index(s, p)) && p != sampled[0] && p != sampled[1]) return;
