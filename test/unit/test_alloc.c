@@ -221,6 +221,28 @@ static void test_realloc_in_place_by_page_info(void **state)
     pm_free(p);
 }
 
+/* A small block that keeps its class is resized without a read of its own
+ * memory (its free key is a line the program may never touch): with the
+ * block's first OS page unreadable, realloc within the class still works. */
+static void test_realloc_in_place_reads_no_block_word(void **state)
+{
+    (void)state;
+    size_t os_page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned cls = pm_sizeclass_of(3 * os_page);
+    size_t size = pm_class_size[cls];
+    assert_int_equal(size % os_page, 0); /* its objects start on OS pages */
+    char *p = pm_malloc(size);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % os_page, 0);
+    p[os_page] = 7;
+    assert_int_equal(mprotect(p, os_page, PROT_NONE), 0);
+    assert_ptr_equal(pm_realloc(p, size - 100), p);
+    assert_ptr_equal(pm_realloc(p, size / 2 + 1), p);
+    assert_int_equal(mprotect(p, os_page, PROT_READ | PROT_WRITE), 0);
+    assert_int_equal(p[os_page], 7);
+    pm_free(p);
+}
+
 /* Every alignment and size class, glibc's rounding of a bad alignment,
  * posix_memalign's EINVAL, valloc and pvalloc. */
 static void test_alloc_memalign(void **state)
@@ -415,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_alloc_calloc),
         cmocka_unit_test(test_alloc_realloc),
         cmocka_unit_test(test_realloc_in_place_by_page_info),
+        cmocka_unit_test(test_realloc_in_place_reads_no_block_word),
         cmocka_unit_test(test_alloc_memalign),
         cmocka_unit_test(test_memalign_classes),
         cmocka_unit_test(test_alloc_memalign_size_zero),
