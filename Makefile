@@ -72,15 +72,15 @@ all: $(PM_SO) $(PM_A)
 # resident whole in every process that loads it (the kernel maps 64 KiB
 # around each page fault).  That is the code that runs for reports (the
 # profile writer, malloc_stats and malloc_info, the number formatting), at
-# start-up (options, init, needed, meta, the system calls' wrappers) and the
-# unwinder and the peak's bookkeeping (prof_peak.c), which run for samples
-# only; prof_sites.c, on every sampled free, stays at -O2.  The measurements
-# are in the commits that chose each file.
+# start-up (options, init, needed, meta, the size classes, the system calls'
+# wrappers) and the unwinder and the peak's bookkeeping (prof_peak.c), which
+# run for samples only; prof_sites.c, on every sampled free, stays at -O2.
+# The measurements are in the commits that chose each file.
 COLD_OBJS := $(OBJ)/prof_encode.o $(OBJ)/prof_symbols.o $(OBJ)/prof_pprof.o $(OBJ)/prof_dump.o $(OBJ)/stats.o $(OBJ)/fmt.o $(OBJ)/options.o \
 	$(OBJ)/init.o $(OBJ)/needed.o $(OBJ)/meta.o $(OBJ)/os_linux.o \
 	$(OBJ)/prof_sampler.o $(OBJ)/prof_unwind_cfi.o $(OBJ)/prof_objects.o $(OBJ)/prof_unwind.o \
 	$(OBJ)/prof_leaks.o $(OBJ)/prof_triggers.o $(OBJ)/prof_timeline.o $(OBJ)/prof_gperftools.o \
-	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o $(OBJ)/guard.o $(OBJ)/prof_peak.o
+	$(OBJ)/prof_unwind_go.o $(OBJ)/prof_http.o $(OBJ)/guard.o $(OBJ)/prof_peak.o $(OBJ)/sizeclass.o
 $(COLD_OBJS): PM_CFLAGS += -Os
 # The fast paths' two stores into a freed block (its link and the free key)
 # stay two moves: gcc 12's SLP pass made them four vector instructions.

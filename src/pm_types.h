@@ -158,6 +158,7 @@ typedef struct pm_central {
     uint64_t span_free;          /* Σ capacity - allocated over its spans */
     pm_span_t *trim_held;        /* spans malloc_trim holds (central.c) */
     uint32_t kept, kept_max;     /* empty spans left on the list (central.c) */
+    uint32_t kept_low;           /* fewest kept since the last tick (central.c) */
     uint32_t kept_cap;           /* ... never more than this (central.c keep_limit) */
     uint64_t in_use_high;        /* most spans in use since the last tick (central.c room_take) */
     uint32_t room_n;             /* kept spans charged to the room budget, <= kept (central.c) */

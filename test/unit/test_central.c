@@ -554,6 +554,56 @@ static void test_central_keeps_in_proportion(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
 
+/* A busy class gives back at each tick the kept spans no get took since
+ * the last one (the fewest it kept meanwhile): a class whose use fell
+ * from a peak no longer keeps as many empty spans as it has in use for
+ * as long as it is touched once a second.  A span a get took in the
+ * window stays. */
+static void test_central_tick_returns_unused_kept(void **state)
+{
+    (void)state;
+    enum { N = 20 };
+    unsigned cls = class_of_size(160 * 1024); /* one object a span */
+    pm_central_t *c = pm_central_of(cls);
+    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    void *o[N];
+    uint32_t got;
+    pm_central_drain();
+    pm_pageheap_stats_t before = ph_stats();
+    for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
+    for (int i = N / 2; i < N; i++) pm_central_put(cls, o[i], 1);
+    uint32_t kept = c->kept;
+    assert_true(kept >= 2 && kept <= N / 2);
+    pm_central_tick(); /* none back: the drain left the class with none kept */
+    assert_int_equal(c->kept, kept);
+    /* one kept span taken and given back in the window (after the
+     * parked objects, which a get takes first): the others go */
+    uint32_t take = (uint32_t)c->parked + 1;
+    void *w[N];
+    assert_true(take <= N);
+    for (uint32_t i = 0; i < take; i++) assert_non_null(w[i] = pm_central_get(cls, 1, &got));
+    assert_int_equal(c->kept, kept - 1);
+    for (uint32_t i = 0; i < take; i++) pm_central_put(cls, w[i], 1);
+    assert_int_equal(c->kept, kept);
+    pm_pageheap_stats_t busy = ph_stats();
+    pm_central_tick();
+    assert_int_equal(c->kept, 1);
+    assert_int_equal(c->spans, N / 2 + c->parked + 1); /* out, parked, kept */
+    assert_int_equal(busy.in_use - ph_stats().in_use, (uint64_t)(kept - 1) * span);
+    /* taken again in the next window: it stays */
+    for (uint32_t i = 0; i < take; i++) assert_non_null(w[i] = pm_central_get(cls, 1, &got));
+    assert_int_equal(c->kept, 0);
+    for (uint32_t i = 0; i < take; i++) pm_central_put(cls, w[i], 1);
+    pm_central_tick();
+    assert_int_equal(c->kept, 1);
+    for (int i = 0; i < N / 2; i++) pm_central_put(cls, o[i], 1);
+    pm_central_drain();
+    pm_central_tick(); /* the class's peak in use back to none, as found */
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(c->in_use_high, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+}
+
 /* A batch of spans made and freed whole is kept whole (the room beyond
  * as many as are in use, up to the most in use since the last tick): the
  * same batch again takes no page-heap operation.  A tick with the class
@@ -700,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_central_partial_slots),
         cmocka_unit_test(test_central_keeps_empty_span),
         cmocka_unit_test(test_central_keeps_in_proportion),
+        cmocka_unit_test(test_central_tick_returns_unused_kept),
         cmocka_unit_test(test_central_room_keeps_batch),
         cmocka_unit_test(test_central_room_bounded),
         cmocka_unit_test(test_central_park_cap),
