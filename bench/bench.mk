@@ -15,7 +15,7 @@
 
 BENCH_BIN := $(BUILD)/bench
 BENCH_NAMES := fastpath churn larson prodcons threadchurn realloc grow large bigmix frag replay \
-	mixed server tide bigtouch bigrepeat holes rounds falseshare trade
+	mixed server tide bigtouch bigrepeat holes rounds falseshare trade strings
 BENCH_EXES := $(addprefix $(BENCH_BIN)/,$(BENCH_NAMES))
 BENCH_CFLAGS := -std=gnu11 -O2 -g -pthread -Wall -Wextra
 BENCH_ARGS ?=

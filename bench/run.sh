@@ -17,7 +17,7 @@
 # Workloads: fastpath churn churn-mt larson prodcons threadchurn realloc
 #            grow vectors large large-mt bigmix frag replay pythreads pyrounds mixed mixed-mt
 #            medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch
-#            trade
+#            trade strings
 # Allocators: glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1
 #            (pm = profmalloc with the default sample rate; pm-N sets
 #            PROFMALLOC_SAMPLE_RATE=N) and the profiling peers
@@ -33,7 +33,7 @@ root=$(cd "$here/.." && pwd)
 BIN=build/bench
 PM_SO=build/libprofmalloc.so
 WORKLOADS_ALL="fastpath churn churn-mt larson prodcons threadchurn realloc grow vectors large large-mt bigmix frag replay pythreads pyrounds
-    mixed mixed-mt medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch trade"
+    mixed mixed-mt medium pages server tide bigtouch aligned bigrepeat holes rounds thrash scratch trade strings"
 WORKLOADS_ALL=$(echo $WORKLOADS_ALL) # one line: the name checks match " name "
 ALLOCS_MAIN="glibc jemalloc tcmalloc mimalloc pm-0 pm pm-64k pm-1"
 ALLOCS_PROF="jemalloc-prof tcmalloc-heapprof heaptrack"
@@ -228,6 +228,9 @@ wl_cmd() { # workload size(full|small|quick) -> "binary args"
     trade:full)        echo "trade -t $THREADS" ;;
     trade:small)       echo "trade -t $THREADS -n 800000" ;;
     trade:quick)       echo "trade -t $THREADS -n 100000" ;;
+    strings:full)      echo "strings" ;;
+    strings:small)     echo "strings -n 500000" ;;
+    strings:quick)     echo "strings -n 100000 -l 4000" ;;
     esac
 }
 

@@ -14,6 +14,7 @@
 # threads at once: the page heap's lock), holes (1-3 MiB blocks among
 # 10 000 free runs), rounds (700 MB of small, medium and large blocks freed
 # and made again), vectors (buffers doubled by realloc on two threads),
+# strings (20 000 strings appended to and dropped at random),
 # prodcons and churn, on glibc, jemalloc, tcmalloc, mimalloc, pm-0 and
 # pm: time and peak RSS against glibc and against the faster of tcmalloc
 # and mimalloc, and profiling's cost (pm / pm-0).
@@ -185,7 +186,7 @@ if [ $WHICH != core ]; then
         p=$(find_lib "${a#*:}")
         [ -n "$p" ] && { SZ_ALLOCS+=("${a%%:*}"); PRE[${a%%:*}]=$p; }
     done
-    SZ_W=(mixed mixed2 medium pages server prodcons churn tide bigtouch aligned bigrepeat large2 holes rounds vectors)
+    SZ_W=(mixed mixed2 medium pages server prodcons churn tide bigtouch aligned bigrepeat large2 holes rounds vectors strings)
     sz_cmd() {
         case $1 in
         mixed) echo "mixed -t 1" ;;
@@ -203,6 +204,7 @@ if [ $WHICH != core ]; then
         holes) echo "holes" ;;
         rounds) echo "rounds -n 3" ;;
         vectors) echo "grow -m double -t 2 -l 32 -z 4194304 -n 10" ;;
+        strings) echo "strings" ;;
         esac
     }
     for ((r = 1; r <= ROUNDS; r++)); do
