@@ -300,10 +300,10 @@ void *pm_realloc(void *p, size_t size)
      * at random to 1-2 000 bytes: 0.18 -> 0.16 s, tcmalloc 0.13).  One
      * that stays reads no word of the block either: its free key is a
      * line the program may never touch, and reading it was nearly half
-     * the time of 20 000 strings appended to at random (a freed block
-     * given to realloc is told when it must move, at the key test below
-     * or its free, as glibc tells it only in free; test_harden:
-     * test_double_free_same_class). */
+     * the time of bench/strings (a freed block given to realloc is told
+     * when it must move, at the key test below or its free, as glibc
+     * tells it only in free; test_harden: test_double_free_same_class;
+     * test_realloc_in_place_reads_no_block_word). */
     unsigned cls = small_class_at(p, NULL, NULL);
     if (cls && size <= pm_class_size[cls] && size >= pm_class_size[cls] / 2) return p;
     if (cls && !pm_key_is_set(p)) {

@@ -521,8 +521,8 @@ void pm_central_drain(void)
  * them back, and a busy one the kept spans no get took since the last
  * tick (kept_low of them): a class whose use fell from a peak kept as
  * many empty spans as it had in use for as long as it was touched once a
- * second, and 20 000 strings appended to at random held 35 MB of them
- * over 107 MB in use (test_central_tick_returns_unused_kept).  The
+ * second, and bench/strings held 35 MB of them over 107 MB in use
+ * (test_central_tick_returns_unused_kept).  The
  * unlocked look at `kept` only skips classes. */
 void pm_central_tick(void)
 {
