@@ -554,6 +554,17 @@ static void test_central_keeps_in_proportion(void **state)
     assert_int_equal(ph_stats().in_use, before.in_use);
 }
 
+/* The 160 KiB class (one object a span), its struct and span bytes, with
+ * every parked chain and kept span of every class gone. */
+static unsigned one_a_span_class(pm_central_t **c, size_t *span)
+{
+    unsigned cls = class_of_size(160 * 1024);
+    *c = pm_central_of(cls);
+    *span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    pm_central_drain();
+    return cls;
+}
+
 /* A busy class gives back at each tick the kept spans no get took since
  * the last one (the fewest it kept meanwhile): a class whose use fell
  * from a peak no longer keeps as many empty spans as it has in use for
@@ -563,12 +574,11 @@ static void test_central_tick_returns_unused_kept(void **state)
 {
     (void)state;
     enum { N = 20 };
-    unsigned cls = class_of_size(160 * 1024); /* one object a span */
-    pm_central_t *c = pm_central_of(cls);
-    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    pm_central_t *c;
+    size_t span;
+    unsigned cls = one_a_span_class(&c, &span);
     void *o[N];
     uint32_t got;
-    pm_central_drain();
     pm_pageheap_stats_t before = ph_stats();
     for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
     for (int i = N / 2; i < N; i++) pm_central_put(cls, o[i], 1);
@@ -613,12 +623,11 @@ static void test_central_room_keeps_batch(void **state)
 {
     (void)state;
     enum { N = 8 };
-    unsigned cls = class_of_size(160 * 1024); /* one object a span */
-    pm_central_t *c = pm_central_of(cls);
-    size_t span = (size_t)pm_class_pages[cls] << PM_PAGE_SHIFT;
+    pm_central_t *c;
+    size_t span;
+    unsigned cls = one_a_span_class(&c, &span);
     void *o[N];
     uint32_t got;
-    pm_central_drain();
     assert_true(N * span <= PM_ROOM_BYTES);
     pm_pageheap_stats_t before = ph_stats();
     for (int i = 0; i < N; i++) assert_non_null(o[i] = pm_central_get(cls, 1, &got));
