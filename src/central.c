@@ -518,12 +518,13 @@ void pm_central_drain(void)
 
 /* Called with the page heap's tick (at most 8 times a second): a class
  * with kept spans and no get or put for PM_KEEP_IDLE_TICKS ticks gives
- * them back, and a busy one the kept spans no get took since the last
- * tick (kept_low of them): a class whose use fell from a peak kept as
- * many empty spans as it had in use for as long as it was touched once a
- * second, and bench/strings held 35 MB of them over 107 MB in use
- * (test_central_tick_returns_unused_kept).  The
- * unlocked look at `kept` only skips classes. */
+ * them back (after its parked chains, so the spans those empty go too),
+ * and a busy one the kept spans no get took since the last tick (kept_low
+ * of them): a class whose use fell from a peak kept as many empty spans
+ * as it had in use for as long as it was touched once a second, and
+ * bench/strings held 35 MB of them over 107 MB in use
+ * (test_central_tick_returns_unused_kept).  The unlocked look at `kept`
+ * only skips classes. */
 void pm_central_tick(void)
 {
     for (unsigned i = 0; i < pm_relaxed_load(&nassigned); i++) {
