@@ -269,7 +269,7 @@ pm_central_t *pm_central_find(unsigned cls); /* NULL while the class is unused *
 void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got);
 void pm_central_put(unsigned cls, void *chain, uint32_t n);
 void pm_central_drain(void);
-void pm_central_tick(void);                /* kept empty spans of idle classes go back */
+void pm_central_tick(void);                /* kept empty spans nobody used go back */
 /* Empty spans all classes together may keep beyond their in-use share, for
  * a class back to the most it had in use since the last tick (central.c). */
 #define PM_ROOM_BYTES ((size_t)2 << 20)
