@@ -880,7 +880,7 @@ static void remove_record(pm_span_t *s, int alone, void *p)
             }
         }
     } else if (!alone && s->cls) {
-        pm_relaxed_store(&locked_misses, pm_relaxed_load(&locked_misses) + 1);
+        pm_relaxed_add(&locked_misses, 1);
     }
     if (!alone && s->cls == 0) s->sample = NULL;
     int shrink = sh->records.nheads > 4096 && sh->records.count * 16 < sh->records.nheads;
