@@ -5,7 +5,8 @@
  * park_limit): a put pushes its chain, or joins a
  * short one to the newest slot while that stays within a batch; a get of
  * n takes the newest slots whole while they fit and the first objects of
- * the next.  So a batch moves
+ * the next, except that a short newest chain over one of n gives way to
+ * it and moves down into its place.  So a batch moves
  * between threads in O(1) (the producer/consumer path), and a dead
  * thread's short lists go to the next thread that asks instead of being
  * walked back into their spans and carved out again (bench/threadchurn,
@@ -240,7 +241,19 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
     if (c->nslots) {
         /* Parked chains, newest first: each one whole while it fits, then
          * the first objects of the next.  A whole first chain is O(1) (the
-         * batch transfer); anything else walks the objects it takes. */
+         * batch transfer); anything else walks the objects it takes.  A
+         * short newest chain over one of n trades places with it first:
+         * taking the short one and the front of the next left that one's
+         * rest on top, short, for every later get to do the same
+         * (test_central_partial_slots). */
+        uint32_t newest = c->nslots - 1;
+        if (newest && c->slot_n[newest] < n && c->slot_n[newest - 1] == n) {
+            void *short_chain = c->slots[newest];
+            c->slots[newest] = c->slots[newest - 1];
+            c->slots[newest - 1] = short_chain;
+            c->slot_n[newest - 1] = c->slot_n[newest];
+            c->slot_n[newest] = (uint8_t)n;
+        }
         while (k < n && c->nslots) {
             uint32_t top = c->nslots - 1, have = c->slot_n[top];
             uint32_t take = have < n - k ? have : n - k;
@@ -263,10 +276,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             k += take;
         }
         c->parked -= k;
-        c->out += k;
-        pm_unlock(&c->lock);
-        *got = k;
-        return chain;
+        goto handed;
     }
     while (k < n) {
         pm_span_t *s = c->nonempty.next;
@@ -326,9 +336,10 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
         s->allocated += k - before;
         if (!s->freelist && s->carved == s->capacity) unlink_span(s);
     }
-    c->out += k;
     c->span_free -= k;
     if (c->spans - c->kept > c->in_use_high) c->in_use_high = c->spans - c->kept;
+handed:
+    c->out += k;
     pm_unlock(&c->lock);
     *got = k;
     return chain;

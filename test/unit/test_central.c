@@ -338,8 +338,9 @@ static void test_central_carves_in_order(void **state)
     assert_int_equal(c->spans, 0);
 }
 
-/* Short chains with several slots: joining the newest slot, gets that take
- * whole slots and split the next, short chains that find every slot taken,
+/* Short chains with several slots: joining the newest slot, a get that
+ * takes the whole chain under a short one, gets that take whole slots and
+ * split the next, short chains that find every slot taken,
  * and the byte cap that keeps a big class's single objects out. */
 static void test_central_partial_slots(void **state)
 {
@@ -367,22 +368,43 @@ static void test_central_partial_slots(void **state)
     assert_int_equal(chain_len(c->slots[1]), 15);
     assert_int_equal(c->parked, batch + 15);
 
-    /* a batch: the newest slot whole (15), then 17 off the one below */
+    /* a batch with a short chain on top of a whole one: the whole one in
+     * O(1), the short one moved down into its place (taking the short one
+     * and the front of the next left that one's rest on top, short, for
+     * every later get to do the same) */
     void *objs[64];
     void *x = pm_central_get(cls, batch, &got);
     assert_int_equal(got, batch);
+    assert_ptr_equal(x, a);
     check_chain(cls, x, batch, objs);
     assert_int_equal(c->nslots, 1);
-    assert_int_equal(c->slot_n[0], batch - 17);
-    assert_int_equal(chain_len(c->slots[0]), batch - 17);
-    assert_int_equal(c->parked, batch - 17);
+    assert_ptr_equal(c->slots[0], b10); /* b10 joined b5 in front */
+    assert_int_equal(c->slot_n[0], 15);
+    assert_int_equal(chain_len(c->slots[0]), 15);
+    assert_int_equal(c->parked, 15);
+    /* a short chain of 20 on the 15 (no room to join): a batch takes the
+     * 20 whole, then the front of the 15 */
+    void *x20 = take_front(&x, 20);
+    pm_central_put(cls, x20, 20);
+    assert_int_equal(c->nslots, 2);
+    void *z = pm_central_get(cls, batch, &got);
+    assert_int_equal(got, batch);
+    check_chain(cls, z, batch, objs);
+    assert_int_equal(c->nslots, 1);
+    assert_int_equal(c->slot_n[0], 35 - batch);
+    assert_int_equal(chain_len(c->slots[0]), 35 - batch);
     /* more than is parked: what there is */
     void *y = pm_central_get(cls, batch, &got);
-    assert_int_equal(got, batch - 17);
-    assert_int_equal(chain_len(y), batch - 17);
+    assert_int_equal(got, 35 - batch);
+    assert_int_equal(chain_len(y), 35 - batch);
     assert_int_equal(c->nslots, 0);
     assert_int_equal(c->parked, 0);
-    assert_int_equal(c->out, 2 * batch); /* x, y and what is left of b */
+    assert_int_equal(c->out, 2 * batch); /* z, y, x and what is left of b */
+    /* y: x's batch - 20 after it, 15 in all */
+    void *tail = y;
+    while (pm_link_get(tail)) tail = pm_link_get(tail);
+    pm_link_set(tail, x);
+    x = z;
 
     /* every slot taken by a full batch: a short chain goes to its spans */
     void **full = calloc(c->max_slots, sizeof *full);
@@ -398,7 +420,7 @@ static void test_central_partial_slots(void **state)
     assert_int_equal(c->nslots, c->max_slots);
     assert_int_equal(c->parked, (uint64_t)c->max_slots * batch);
     assert_int_equal(c->span_free, span_free + 3);
-    pm_central_put(cls, y, batch - 20);
+    pm_central_put(cls, y, 15 - 3);
     pm_central_put(cls, b, batch - 15);
     assert_int_equal(c->out, 0);
     pm_central_drain();
