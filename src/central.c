@@ -376,13 +376,26 @@ static pm_span_t *unkeep_locked(pm_central_t *c, uint64_t keep, pm_span_t *empty
 static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32_t n, pm_span_t *empty)
 {
     c->span_free += n;
+    /* runs are looked for where the chain starts with one (a chain a
+     * thread freed in order), not in one freed at random */
+    int runs = !pm_config_debug && n > 1 && (((uintptr_t)chain ^ (uintptr_t)pm_link_get(chain)) >> PM_PAGE_SHIFT) == 0;
     while (chain) {
-        void *o = chain;
+        void *o = chain, *last = o;
         if (pm_config_debug && !pm_is_carved_object(o, cls)) pm_bad_link(1, o);
         chain = pm_link_next(o, 1);
         pm_span_t *s = pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT);
         /* every object of the span home already: o was freed twice */
         if (PM_UNLIKELY(s->allocated == 0)) pm_guard_double_free("free()", o);
+        /* the objects after o on its page go home with it, their links
+         * kept (test_central_homes_runs); never more than are out, so a
+         * cycle still ends at the check above */
+        uint32_t m = 1;
+        if (runs)
+            while (chain && ((uintptr_t)chain ^ (uintptr_t)o) >> PM_PAGE_SHIFT == 0 && m < s->allocated) {
+                last = chain;
+                chain = pm_link_next(last, 1);
+                m++;
+            }
         /* a block already home in its span: freed twice (the debug build
          * walks the span's free objects, each link checked first and the
          * walk bounded by the span's capacity: a cycle is corruption too) */
@@ -393,9 +406,10 @@ static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32
                 if (++seen > s->capacity || !cut_from(s, q)) pm_bad_link(1, q);
             }
         }
-        pm_link_set(o, s->freelist);
+        pm_link_set(last, s->freelist);
         s->freelist = o;
-        if (--s->allocated == 0) {
+        s->allocated -= m;
+        if (s->allocated == 0) {
             if (s->on_list) unlink_span(s);
             if (c->kept < keep_limit(c) || room_take(c)) { /* kept for the next get, last in line */
                 kept_set(c, c->kept + 1);
@@ -413,8 +427,13 @@ static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32
         } else if (s->trimming) {
             continue; /* held by malloc_trim, which links it back */
         } else if (!s->on_list) {
-            link_span(c, s, 0);
-        } else if (s->allocated == s->capacity / 4 && s->next != &c->nonempty) {
+            /* at the head, or the tail if the run took it down to a
+             * quarter of its capacity out after its first object, as the
+             * next branch would have one object at a time */
+            link_span(c, s, m > 1 && s->capacity / 4 - s->allocated < m - 1);
+        } else if (s->capacity / 4 - s->allocated < m && s->next != &c->nonempty) {
+            /* from above a quarter of its capacity out to at most that
+             * (unsigned: no wrap past it): to the tail */
             unlink_span(s);
             link_span(c, s, 1);
         }

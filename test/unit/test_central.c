@@ -171,6 +171,91 @@ static void test_central_get_put(void **state)
     free(objs);
 }
 
+/* objs[0..n) linked in that order */
+static void *link_in_order(void **objs, uint32_t n)
+{
+    for (uint32_t i = 0; i + 1 < n; i++) pm_link_set(objs[i], objs[i + 1]);
+    pm_link_set(objs[n - 1], NULL);
+    return objs[0];
+}
+
+/* A chain longer than a batch goes into its spans a run at a time: the
+ * objects of one span that follow each other keep their links and go to
+ * the front of the span's free list in the chain's order (one at a time
+ * they went in reversed), and runs that alternate between spans are
+ * counted each in its own. */
+static void test_central_homes_runs(void **state)
+{
+    (void)state;
+    unsigned cls = class_of_size(48);
+    pm_central_t *c = pm_central_of(cls);
+    uint32_t cap = pm_class_pages[cls] * PAGE / 48, batch = pm_class_batch[cls], got;
+    pm_pageheap_stats_t before = ph_stats();
+    uint32_t n = cap + 10;
+    assert_true(n - 2 > batch);
+    void *chain = pm_central_get(cls, n, &got);
+    assert_int_equal(got, n);
+    void **objs = calloc(n, sizeof *objs);
+    check_chain(cls, chain, n, objs);
+    pm_span_t *a = pm_pagemap_span((uintptr_t)objs[0] >> PM_PAGE_SHIFT);
+    pm_span_t *b = pm_pagemap_span((uintptr_t)objs[n - 1] >> PM_PAGE_SHIFT);
+    assert_ptr_not_equal(a, b);
+    assert_ptr_equal(pm_pagemap_span((uintptr_t)objs[cap - 1] >> PM_PAGE_SHIFT), a);
+    assert_ptr_equal(pm_pagemap_span((uintptr_t)objs[cap] >> PM_PAGE_SHIFT), b);
+
+    /* all but each span's first object, in address order: a run of a's,
+     * then a run of b's */
+    void **order = calloc(n, sizeof *order);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (i != 0 && i != cap) order[k++] = objs[i];
+    pm_central_put(cls, link_in_order(order, k), k);
+    assert_int_equal(c->parked, 0);
+    assert_int_equal(a->allocated, 1);
+    assert_int_equal(b->allocated, 1);
+    void *q = a->freelist;
+    for (uint32_t i = 1; i < cap; i++, q = pm_link_get(q)) assert_ptr_equal(q, objs[i]);
+    assert_null(q);
+    q = b->freelist;
+    for (uint32_t i = cap + 1; i < n; i++, q = pm_link_get(q)) assert_ptr_equal(q, objs[i]);
+    assert_ptr_equal(q, NULL); /* b's uncut objects are not on its list */
+    void *first[2] = {objs[0], objs[cap]};
+    check_central_invariant(cls, first, 2);
+
+    /* out again, then back alternating a, b, a, b...: runs of one */
+    void *again = pm_central_get(cls, n - 2, &got);
+    assert_int_equal(got, n - 2);
+    assert_int_equal(a->allocated + b->allocated, n);
+    void **mixed = calloc(n, sizeof *mixed);
+    uint32_t na = 0, nb = 0;
+    for (void *o = again; o; o = pm_link_get(o)) {
+        if (pm_pagemap_span((uintptr_t)o >> PM_PAGE_SHIFT) == a) mixed[na++] = o;
+        else objs[nb++] = o;
+    }
+    assert_int_equal(na + nb, n - 2);
+    assert_true(na > 1 && nb > 1);
+    k = 0;
+    for (uint32_t i = 0; i < na || i < nb; i++) {
+        if (i < na) order[k++] = mixed[i];
+        if (i < nb) order[k++] = objs[i];
+    }
+    pm_central_put(cls, link_in_order(order, k), k);
+    assert_int_equal(a->allocated, 1);
+    assert_int_equal(b->allocated, 1);
+    assert_int_equal(c->out, 2);
+    pm_central_drain();
+    assert_int_equal(ph_stats().in_use - before.in_use, 2 * pm_class_pages[cls] * PAGE);
+    pm_link_set(first[0], first[1]);
+    pm_link_set(first[1], NULL);
+    pm_central_put(cls, first[0], 2);
+    pm_central_drain();
+    assert_int_equal(c->spans, 0);
+    assert_int_equal(ph_stats().in_use, before.in_use);
+    free(order);
+    free(mixed);
+    free(objs);
+}
+
 static void test_central_transfer_slots(void **state)
 {
     (void)state;
@@ -778,6 +863,7 @@ int main(void)
         cmocka_unit_test(test_central_short_get),
         cmocka_unit_test(test_central_carves_in_order),
         cmocka_unit_test(test_central_transfer_slots),
+        cmocka_unit_test(test_central_homes_runs),
         cmocka_unit_test(test_central_partial_slots),
         cmocka_unit_test(test_central_keeps_empty_span),
         cmocka_unit_test(test_central_keeps_in_proportion),
