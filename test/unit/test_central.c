@@ -213,6 +213,10 @@ static void test_central_homes_runs(void **state)
     assert_int_equal(c->parked, 0);
     assert_int_equal(a->allocated, 1);
     assert_int_equal(b->allocated, 1);
+    /* a, full and off the list before, went past a quarter of its
+     * capacity out: last in line, as one object at a time took it */
+    assert_ptr_equal(c->nonempty.prev, a);
+    assert_ptr_equal(c->nonempty.next, b);
     void *q = a->freelist;
     for (uint32_t i = 1; i < cap; i++, q = pm_link_get(q)) assert_ptr_equal(q, objs[i]);
     assert_null(q);
