@@ -429,7 +429,8 @@ static pm_span_t *home_locked(pm_central_t *c, unsigned cls, void *chain, uint32
         } else if (!s->on_list) {
             /* at the head, or the tail if the run took it down to a
              * quarter of its capacity out after its first object, as the
-             * next branch would have one object at a time */
+             * next branch would have one object at a time (m > 1 only
+             * spares a single object the division) */
             link_span(c, s, m > 1 && s->capacity / 4 - s->allocated < m - 1);
         } else if (s->capacity / 4 - s->allocated < m && s->next != &c->nonempty) {
             /* from above a quarter of its capacity out to at most that
