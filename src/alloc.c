@@ -267,13 +267,34 @@ size_t pm_usable_size(const void *p)
     return span_usable(s);
 }
 
+/* What a small block of `old` usable bytes that must grow to `size`
+ * moves into: at least a quarter more, as tcmalloc gives.  A growth past
+ * the class's end by at most a sixteenth of it is an append, and a thread
+ * whose last APPEND_RUN moves were all appends builds its strings or
+ * arrays a step at a time and goes on: it gets twice the old block, so
+ * each block crosses half as many classes and leaves fewer half-empty
+ * spans behind (doc/design.md; test_alloc: test_realloc_append_run). */
+#define APPEND_RUN 4
+__attribute__((noinline)) static size_t growth_reserve(size_t old, size_t size)
+{
+    pm_tcache_t *t = &pm_tls;
+    if (size - old > old / 16) {
+        t->appends = 0;
+        return old + old / 4;
+    }
+    if (t->appends < APPEND_RUN) t->appends++;
+    return t->appends < APPEND_RUN ? old + old / 4 : 2 * old;
+}
+
 /* The block realloc moves one of `old` usable bytes to, for `size`: a
- * growth takes `reserve` where it can (see pm_realloc); NULL with errno
- * ENOMEM when none could be had. */
+ * growth takes `reserve` where it can (see pm_realloc), a small block's
+ * growth_reserve when it is 0; NULL with errno ENOMEM when none could be
+ * had. */
 static void *move_target(size_t old, size_t size, size_t reserve)
 {
     void *q = NULL;
     int saved = errno;
+    if (size > old && !reserve) reserve = growth_reserve(old, size);
     if (size > old && reserve > size) {
         q = alloc_reserve(size, reserve, 1, 0, 0);
         if (!q) errno = saved; /* the exact size may still fit */
@@ -309,7 +330,7 @@ void *pm_realloc(void *p, size_t size)
     if (cls && !pm_key_is_set(p)) {
         size_t old = pm_class_size[cls];
         int saved = errno;
-        void *q = move_target(old, size, old + old / 4);
+        void *q = move_target(old, size, 0);
         (void)owner_for(p, "realloc(): invalid pointer");
         if (!q) {
             if (size > old) return NULL;
@@ -341,7 +362,7 @@ void *pm_realloc(void *p, size_t size)
      * large block gets twice its old size
      * (large.c, PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
-    size_t reserve = big ? 2 * old : old + old / 4;
+    size_t reserve = big ? 2 * old : s->cls ? 0 : old + old / 4;
     /* a large block shrinks, grows into the pages after it, or moves with
      * its pages (large.c) */
     if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {

@@ -128,6 +128,7 @@ typedef struct pm_tcache {
     uint32_t idle_epoch;            /* release ticks seen at its last idle check (tcache.c) */
     uint8_t tiny_passed;            /* classes 1-7 below 64 B whose first free went on (tcache.c) */
     uint8_t small_shift;            /* the small classes' ceiling: 1 MiB << this (tcache.c) */
+    uint8_t appends;                /* realloc's last moves that were appends, up to APPEND_RUN (alloc.c) */
     uint32_t pingpongs;             /* round trips since the last idle check (tcache.c) */
     void *prof_sites[8];            /* the profiler's recently used buckets */
     struct pm_treg *reg;            /* its registry node (tcache.c), or NULL */

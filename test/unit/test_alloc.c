@@ -221,6 +221,46 @@ static void test_realloc_in_place_by_page_info(void **state)
     pm_free(p);
 }
 
+/* A growth that crosses its class's end by a sliver is an append: the
+ * thread's fourth in a row, and each after it, moves into twice the old
+ * block; fewer, or a run broken by a growth of more than a sixteenth,
+ * get a quarter more (alloc.c: growth_reserve). */
+static size_t grown_usable(size_t old, size_t size)
+{
+    uint8_t *p = pm_malloc(old);
+    assert_non_null(p);
+    p[0] = 7;
+    p[old - 1] = 9;
+    uint8_t *q = pm_realloc(p, size);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(q[0], 7);
+    assert_int_equal(q[old - 1], 9);
+    size_t u = pm_usable_size(q);
+    pm_free(q);
+    return u;
+}
+
+static void test_realloc_append_run(void **state)
+{
+    (void)state;
+    size_t old = pm_class_size[pm_sizeclass_of(1000)];
+    for (int round = 0; round < 2; round++) {
+        /* a growth by a half breaks any run */
+        size_t u = grown_usable(old, old + old / 2);
+        assert_true(u >= old + old / 2 && u < 2 * old);
+        for (int i = 1; i <= 6; i++) {
+            u = grown_usable(old, old + 1 + (size_t)i);
+            assert_true(u >= old + old / 4);
+            if (i < 4) assert_true(u < 2 * old);
+            else assert_true(u >= 2 * old);
+        }
+    }
+    /* past a sixteenth is no append, even after a run */
+    assert_true(grown_usable(old, old + old / 16 + 1) < 2 * old);
+    assert_true(grown_usable(old, old + 1) < 2 * old);
+}
+
 /* A small block that keeps its class is resized without a read of its own
  * memory (its free key is a line the program may never touch): with the
  * block's first OS page unreadable, realloc within the class still works. */
@@ -438,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_alloc_realloc),
         cmocka_unit_test(test_realloc_in_place_by_page_info),
         cmocka_unit_test(test_realloc_in_place_reads_no_block_word),
+        cmocka_unit_test(test_realloc_append_run),
         cmocka_unit_test(test_alloc_memalign),
         cmocka_unit_test(test_memalign_classes),
         cmocka_unit_test(test_alloc_memalign_size_zero),
