@@ -272,7 +272,7 @@ void pm_central_drain(void);
 void pm_central_tick(void);                /* kept empty spans nobody used go back */
 /* Empty spans all classes together may keep beyond their in-use share, for
  * a class back to the most it had in use since the last tick (central.c). */
-#define PM_ROOM_BYTES ((size_t)2 << 20)
+#define PM_ROOM_BYTES ((size_t)4 << 20)
 uint64_t pm_central_release_free(void); /* malloc_trim; bytes released */
 void pm_central_lock_all(void);
 void pm_central_unlock_all(int child);

@@ -774,8 +774,9 @@ static void test_central_room_keeps_batch(void **state)
 }
 
 /* The room is one budget for all classes: two classes freeing batches of
- * 3 MiB each keep at most PM_ROOM_BYTES between them beyond kept_max, and
- * a class whose kept spans go back returns its share to the other. */
+ * one and a half times PM_ROOM_BYTES each keep at most PM_ROOM_BYTES
+ * between them beyond kept_max, and a class whose kept spans go back
+ * returns its share to the other. */
 static void test_central_room_bounded(void **state)
 {
     (void)state;
@@ -783,9 +784,10 @@ static void test_central_room_bounded(void **state)
     assert_int_not_equal(a, b);
     pm_central_t *ca = pm_central_of(a), *cb = pm_central_of(b);
     size_t sa = (size_t)pm_class_pages[a] << PM_PAGE_SHIFT, sb = (size_t)pm_class_pages[b] << PM_PAGE_SHIFT;
-    /* objects for 3 MiB of spans each */
-    uint32_t na = (uint32_t)((3u << 20) / sa * (sa / pm_class_size[a]));
-    uint32_t nb = (uint32_t)((3u << 20) / sb * (sb / pm_class_size[b]));
+    /* objects for one and a half rooms of spans each */
+    size_t batch = PM_ROOM_BYTES + PM_ROOM_BYTES / 2;
+    uint32_t na = (uint32_t)(batch / sa * (sa / pm_class_size[a]));
+    uint32_t nb = (uint32_t)(batch / sb * (sb / pm_class_size[b]));
     void **oa = calloc(na, sizeof *oa), **ob = calloc(nb, sizeof *ob);
     uint32_t got;
     pm_central_drain();
