@@ -320,10 +320,12 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
              * order: a program that walks its blocks in the order it made
              * them reads ascending lines the prefetcher follows
              * (test_central_carves_in_order) */
+            char *base = span_base(s); /* the stores below may alias s and the key */
+            uintptr_t key = pm_guard.key;
             for (uint32_t i = cut + m; i-- > cut;) {
-                void *o = (char *)span_base(s) + (size_t)i * size;
+                void *o = base + (size_t)i * size;
                 pm_link_set(o, chain);
-                pm_key_set(o); /* free, as far as free can tell, until handed out */
+                ((uintptr_t *)o)[1] = key; /* pm_key_set: free, as far as free can tell, until handed out */
                 chain = o;
             }
             /* read without the lock by the owner check (pm_span_cut_object):
