@@ -355,12 +355,13 @@ void *pm_realloc(void *p, size_t size)
         return p;
     }
     /* Growing: reserve at least a quarter more than the old block, as
-     * tcmalloc does.  A string grown by small appends then moves through
-     * every second or third size class instead of every one: fewer copies,
-     * and far fewer half-empty spans left behind, each pinned by the one
-     * string that stopped growing in it (bench/realloc measures it).  A big
-     * large block gets twice its old size
-     * (large.c, PM_BIG_MOVE). */
+     * tcmalloc does, so a block grown in steps moves through every second
+     * or third size class instead of every one: fewer copies, and far
+     * fewer half-empty spans left behind, each pinned by the one string
+     * that stopped growing in it (bench/realloc measures it).  A small
+     * block a thread grows by appends gets twice (growth_reserve, via
+     * move_target's 0), and so does a big large block (large.c,
+     * PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
     size_t reserve = big ? 2 * old : s->cls ? 0 : old + old / 4;
     /* a large block shrinks, grows into the pages after it, or moves with
