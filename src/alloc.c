@@ -278,6 +278,7 @@ size_t pm_usable_size(const void *p)
 __attribute__((noinline)) static size_t growth_reserve(size_t old, size_t size)
 {
     pm_tcache_t *t = &pm_tls;
+    if (size <= old) return 0; /* a shrink: no reserve, the run untouched */
     if (size - old > old / 16) {
         t->appends = 0;
         return old + old / 4;
@@ -287,14 +288,12 @@ __attribute__((noinline)) static size_t growth_reserve(size_t old, size_t size)
 }
 
 /* The block realloc moves one of `old` usable bytes to, for `size`: a
- * growth takes `reserve` where it can (see pm_realloc), a small block's
- * growth_reserve when it is 0; NULL with errno ENOMEM when none could be
- * had. */
+ * growth takes `reserve` where it can (see pm_realloc); NULL with errno
+ * ENOMEM when none could be had. */
 static void *move_target(size_t old, size_t size, size_t reserve)
 {
     void *q = NULL;
     int saved = errno;
-    if (size > old && !reserve) reserve = growth_reserve(old, size);
     if (size > old && reserve > size) {
         q = alloc_reserve(size, reserve, 1, 0, 0);
         if (!q) errno = saved; /* the exact size may still fit */
@@ -330,7 +329,7 @@ void *pm_realloc(void *p, size_t size)
     if (cls && !pm_key_is_set(p)) {
         size_t old = pm_class_size[cls];
         int saved = errno;
-        void *q = move_target(old, size, 0);
+        void *q = move_target(old, size, growth_reserve(old, size));
         (void)owner_for(p, "realloc(): invalid pointer");
         if (!q) {
             if (size > old) return NULL;
@@ -359,11 +358,10 @@ void *pm_realloc(void *p, size_t size)
      * or third size class instead of every one: fewer copies, and far
      * fewer half-empty spans left behind, each pinned by the one string
      * that stopped growing in it (bench/realloc measures it).  A small
-     * block a thread grows by appends gets twice (growth_reserve, via
-     * move_target's 0), and so does a big large block (large.c,
-     * PM_BIG_MOVE). */
+     * block a thread grows by appends gets twice (growth_reserve), and so
+     * does a big large block (large.c, PM_BIG_MOVE). */
     int big = pm_large_is_big(s);
-    size_t reserve = big ? 2 * old : s->cls ? 0 : old + old / 4;
+    size_t reserve = big ? 2 * old : s->cls ? growth_reserve(old, size) : old + old / 4;
     /* a large block shrinks, grows into the pages after it, or moves with
      * its pages (large.c) */
     if (s->cls == 0 && (size > old || size > PM_MAX_SMALL)) {

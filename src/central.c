@@ -325,7 +325,7 @@ void *pm_central_get(unsigned cls, uint32_t n, uint32_t *got)
             for (uint32_t i = cut + m; i-- > cut;) {
                 void *o = base + (size_t)i * size;
                 pm_link_set(o, chain);
-                ((uintptr_t *)o)[1] = key; /* pm_key_set: free, as far as free can tell, until handed out */
+                pm_key_store(o, key); /* free, as far as free can tell, until handed out */
                 chain = o;
             }
             /* read without the lock by the owner check (pm_span_cut_object):

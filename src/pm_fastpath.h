@@ -70,7 +70,7 @@ PM_INLINE void pm_free_inline(void *p)
             uintptr_t key = pm_guard.key; /* loaded once: the stores below may alias it */
             if (PM_LIKELY(l->len < l->max_len && ((uintptr_t *)p)[1] != key)) {
                 pm_link_set(p, l->head);
-                ((uintptr_t *)p)[1] = key; /* pm_key_set */
+                pm_key_store(p, key);
                 l->head = p;
                 l->len++;
                 return;

@@ -519,7 +519,10 @@ PM_INLINE void *pm_link_next(const void *block, int in_free)
     }
     return next;
 }
-PM_INLINE void pm_key_set(void *block) { ((uintptr_t *)block)[1] = pm_guard.key; }
+/* key passed in: a loop storing many keys loads pm_guard.key once (its
+ * stores may alias it) */
+PM_INLINE void pm_key_store(void *block, uintptr_t key) { ((uintptr_t *)block)[1] = key; }
+PM_INLINE void pm_key_set(void *block) { pm_key_store(block, pm_guard.key); }
 PM_INLINE void pm_key_clear(void *block) { ((uintptr_t *)block)[1] = 0; }
 PM_INLINE int pm_key_is_set(const void *block) { return ((const uintptr_t *)block)[1] == pm_guard.key; }
 
